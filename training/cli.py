@@ -1,0 +1,9 @@
+"""`polyspec` commands contributed by the training package."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(root: typer.Typer) -> None:
+    """Mount this package's commands on the root CLI."""

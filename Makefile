@@ -1,0 +1,46 @@
+# polyspec — the two commands of the README contract are `make demo` and `make test`.
+# Both start from a fresh clone: they run `setup` first, which is idempotent.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.polyspec-installed
+LOCK_SHA := $(shell sha256sum requirements.lock pyproject.toml | sha256sum | cut -c1-16)
+
+.PHONY: setup deps verifier browser test test-fast clean-venv
+
+setup: deps verifier
+
+# Installs the pinned set (RUNBOOK recipe). PyPI's torchvision/torchaudio/torchcodec are CUDA
+# builds that crash beside the CPU torch, so they are removed after the resolve.
+deps:
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@if [ "$$(cat $(STAMP) 2>/dev/null)" != "$(LOCK_SHA)" ]; then \
+		echo "==> installing pinned dependencies (first time: several minutes)"; \
+		$(PIP) install -q --upgrade pip && \
+		$(PIP) install -q -r requirements.lock && \
+		$(PIP) uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null; \
+		$(PIP) install -q --no-deps --no-build-isolation -e . && \
+		echo "$(LOCK_SHA)" > $(STAMP); \
+	else echo "==> dependencies up to date"; fi
+
+verifier: deps
+	@$(VENV)/bin/polyspec models prepare
+
+# Debian's chromium drives the dashboard tests (Playwright uses it by path, never downloads a browser).
+browser:
+	@command -v chromium >/dev/null || { echo "==> installing Debian chromium"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null); }
+
+test: setup browser
+	$(VENV)/bin/pytest -q
+
+# Fast inner loop: no vLLM engines, no browser.
+test-fast: setup
+	POLYSPEC_SKIP_INTEGRATION=1 $(VENV)/bin/pytest -q
+
+
+clean-venv:
+	rm -rf $(VENV)

@@ -137,3 +137,15 @@ class LiveStat(Base):
     num_accepted_tokens: Mapped[int] = mapped_column(Integer, default=0)
     accepted_per_pos: Mapped[list[Any]] = mapped_column(default=list)  # steps accepting >= i drafts
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+
+
+class Event(Base):
+    """Audit trail of decisions: promotions (forced or not, with the gate's comparisons), retirements."""
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kind: Mapped[str] = mapped_column(String(40))  # promote | promote-forced | retire | deploy | undeploy
+    subject: Mapped[str] = mapped_column(String(250))  # e.g. "fr-ft@2" or a deployment name
+    details: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -1,0 +1,172 @@
+"""Deployment, language, telemetry and transfer commands of `polyspec registry`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from registry.cli import JsonOpt, VerifierOpt, _dump, _fmt_mal, _kv, _reg, _table, app, handles_errors
+
+
+@app.command("deployments")
+@handles_errors
+def list_deployments(include_stopped: bool = typer.Option(False, "--all", help="Include stopped deployments."),
+                     as_json: bool = JsonOpt) -> None:
+    """List deployments (what the router serves)."""
+    rows = _reg().deployments(include_stopped=include_stopped)
+    if as_json:
+        return _dump(rows)
+    _table("deployments", ["name", "status", "draft", "languages", "domain", "default", "engine", "offline mean acc. len."],
+           [[d.name, d.status, d.draft or "(no draft)", ",".join(d.languages), d.domain, "yes" if d.is_default else "",
+             d.url or ("launch " + json.dumps(d.launch) if d.launch else "launch (defaults)"), _fmt_mal(d.offline_mal)]
+            for d in rows])
+
+
+@app.command("deploy")
+@handles_errors
+def deploy(draft: Optional[str] = typer.Argument(None, metavar="[NAME[@VERSION]]",
+                                                 help="Draft to serve; omit to serve the verifier alone."),
+           name: str = typer.Option(..., "--name", help="Deployment name (unique among active ones)."),
+           url: Optional[str] = typer.Option(None, help="A running engine, e.g. http://host:8000."),
+           launch: Optional[str] = typer.Option(None, help="Launch spec JSON for `polyspec up` "
+                                                '(e.g. \'{"port": 8101, "kv_cache_gib": 2}\').'),
+           languages: Optional[str] = typer.Option(None, "--languages", "-l", help="Served languages "
+                                                   "(default: the draft's)."),
+           domain: str = typer.Option("general"),
+           default: bool = typer.Option(False, "--default", help="Serve languages no other deployment serves."),
+           verifier: Optional[str] = VerifierOpt,
+           as_json: bool = JsonOpt) -> None:
+    """Deploy a draft (or the bare verifier) at an engine URL or with a launch spec."""
+    from registry.errors import RegistryError
+
+    try:
+        spec = json.loads(launch) if launch else None
+    except ValueError as exc:
+        raise RegistryError(f"--launch is not valid JSON: {exc}") from exc
+    if spec is not None and not isinstance(spec, dict):
+        raise RegistryError("--launch must be a JSON object")
+    d = _reg().deploy(draft, name=name, url=url, launch=spec, languages=languages, domain=domain, default=default,
+                      verifier=verifier)
+    if as_json:
+        return _dump(d)
+    typer.echo(f"deployed {d.name}: {d.draft or 'no draft'} for {','.join(d.languages) or 'default'}"
+               f"/{d.domain}{' (default)' if d.is_default else ''} at {d.url or 'launch spec'}")
+
+
+@app.command("undeploy")
+@handles_errors
+def undeploy(name: str, as_json: bool = JsonOpt) -> None:
+    """Stop routing to a deployment (kept in history as stopped)."""
+    d = _reg().undeploy(name)
+    if as_json:
+        return _dump(d)
+    typer.echo(f"undeployed {d.name}")
+
+
+@app.command("languages")
+@handles_errors
+def list_languages(verifier: Optional[str] = typer.Option(None, "--verifier", "-v"), as_json: bool = JsonOpt) -> None:
+    """List language profiles and their plans."""
+    rows = _reg().languages(verifier=verifier)
+    if as_json:
+        return _dump(rows)
+    _table("language profiles", ["language", "name", "verifier", "script", "coverage", "reference", "plan", "prompts"],
+           [[p.language, p.name, p.verifier, p.script, f"{p.coverage:.1%}", p.coverage_reference, p.plan,
+             p.num_prompts] for p in rows])
+
+
+@app.command("show-language")
+@handles_errors
+def show_language(code: str, verifier: Optional[str] = typer.Option(None, "--verifier", "-v"),
+                  as_json: bool = JsonOpt) -> None:
+    """Show one language profile."""
+    p = _reg().get_language(code, verifier=verifier)
+    if as_json:
+        return _dump(p)
+    _kv(f"language {p.language} ({p.name})", p.model_dump())
+
+
+@app.command("add-language")
+@handles_errors
+def add_language(lang: str = typer.Argument(..., metavar="LANG", help="ISO 639-1 or 639-3 code (fr, fra)."),
+                 prompts: Path = typer.Option(..., "--prompts", help="JSONL (prompt/turns/messages) or one prompt "
+                                              "per line."),
+                 verifier: Optional[str] = VerifierOpt,
+                 threshold: Optional[float] = typer.Option(None, help="Coverage below which a Latin-script "
+                                                           "language still gets its own vocabulary."),
+                 as_json: bool = JsonOpt) -> None:
+    """Profile a language: script, draft-vocabulary coverage and the training plan."""
+    from registry.profiles import DEFAULT_COVERAGE_THRESHOLD
+
+    opts = {"threshold": threshold if threshold is not None else DEFAULT_COVERAGE_THRESHOLD}
+    reg = _reg()
+    if as_json:
+        p = reg.add_language(lang, prompts, verifier, **opts)
+        return _dump(p)
+    from rich.console import Console
+
+    with Console(stderr=True).status(f"profiling {lang}: script and vocabulary coverage..."):
+        p = reg.add_language(lang, prompts, verifier, **opts)
+    typer.echo(f"{p.language} ({p.name}): {p.script} script, coverage {p.coverage:.1%} against "
+               f"{p.coverage_reference} ({p.num_prompts} prompts)")
+    typer.echo(f"plan: {p.plan} -- {p.reason}")
+
+
+@app.command("live-stats")
+@handles_errors
+def live_stats(router: Optional[str] = typer.Option(None, help="One router's counters (default: all summed)."),
+               as_json: bool = JsonOpt) -> None:
+    """Acceptance measured by the routers, per language, domain and draft."""
+    rows = _reg().live_stats(router_id=router)
+    if as_json:
+        return _dump([{**r.model_dump(), "mean_acceptance_length": r.mean_acceptance_length} for r in rows])
+    _table("live acceptance", ["language", "domain", "draft", "requests", "tokens", "spec steps", "mean acc. len."],
+           [[r.language, r.domain, r.draft_name, r.requests, r.completion_tokens, r.num_spec_steps,
+             f"{r.mean_acceptance_length:.3f}" if r.mean_acceptance_length else "-"] for r in rows])
+
+
+@app.command("events")
+@handles_errors
+def events(limit: int = typer.Option(50, help="How many, newest first."), as_json: bool = JsonOpt) -> None:
+    """Audit trail: promotions (forced ones marked), retirements, deployments."""
+    rows = _reg().events(limit)
+    if as_json:
+        return _dump(rows)
+    _table("events", ["when", "kind", "subject"], [[e.created_at, e.kind, e.subject] for e in rows])
+
+
+@app.command("export")
+@handles_errors
+def export(out: Optional[Path] = typer.Argument(None, help="File to write (default: stdout).")) -> None:
+    """Export the whole registry as JSON."""
+    text = json.dumps(_reg().export_json(), indent=2, ensure_ascii=False)
+    if out is None:
+        sys.stdout.write(text + "\n")
+        return
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(text + "\n", encoding="utf-8")
+    tmp.replace(out)  # atomic: a crash never leaves half an export
+    typer.echo(f"exported to {out}", err=True)
+
+
+@app.command("import")
+@handles_errors
+def import_(src: Path = typer.Argument(..., help="A file written by `polyspec registry export`."),
+            as_json: bool = JsonOpt) -> None:
+    """Merge an export into this registry (all or nothing; identical rows are skipped)."""
+    from registry.errors import ImportFailed
+
+    try:
+        data = json.loads(src.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ImportFailed(f"cannot read {src}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ImportFailed(f"{src} is not a registry export")
+    added = _reg().import_json(data)
+    if as_json:
+        return _dump(added)
+    typer.echo("imported: " + ", ".join(f"{v} {k}" for k, v in added.items()))

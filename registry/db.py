@@ -1,0 +1,110 @@
+"""Engine set-up and migrations.
+
+SQLite gets WAL (readers never block the writer), a busy timeout (writers queue instead of
+failing) and foreign keys. Write transactions on SQLite start with ``BEGIN IMMEDIATE`` so two
+processes doing read-modify-write never deadlock on a lock upgrade; reads use a plain ``BEGIN``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.pool import StaticPool
+
+from registry.errors import RegistryError
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+BUSY_TIMEOUT_MS = 30_000
+_WRITE_OPTION = "polyspec_write"
+# Any fixed 64-bit key: Postgres serialises concurrent `open_registry` migrations on it.
+_PG_MIGRATION_LOCK = 7_316_204_915
+
+
+def is_sqlite(url: str) -> bool:
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``; SQLite files get their parent directory created."""
+    try:
+        parsed = make_url(url)
+    except Exception as exc:  # sqlalchemy raises ArgumentError; keep the message short
+        raise RegistryError(f"invalid registry URL {url!r}: {exc}") from exc
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(parsed, pool_pre_ping=True)
+    database = parsed.database or ""
+    if database in ("", ":memory:"):
+        engine = create_engine(parsed, poolclass=StaticPool, connect_args={"check_same_thread": False})
+    else:
+        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(parsed, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000})
+    _configure_sqlite(engine)
+    return engine
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record) -> None:  # noqa: ANN001 (DB-API types)
+        # pysqlite's own BEGIN handling is disabled so that the "begin" hook decides the mode.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        immediate = conn.get_execution_options().get(_WRITE_OPTION, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def write_engine(engine: Engine) -> Engine:
+    """The same pool, but transactions take the write lock up front (SQLite)."""
+    return engine.execution_options(**{_WRITE_OPTION: True})
+
+
+def alembic_config(connection: Connection | None = None, url: str | None = None):  # -> alembic.config.Config
+    """An Alembic Config built in code, independent of the current directory."""
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    if url is not None:
+        cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None, "registry/migrations has no revisions"
+    return head
+
+
+def current_revision(conn: Connection) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(engine: Engine) -> None:
+    """Bring the database to the head revision (no-op when it is already there)."""
+    from alembic import command
+
+    head = head_revision()
+    with engine.connect() as conn:
+        if current_revision(conn) == head:
+            return
+    with write_engine(engine).begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
+        if current_revision(conn) == head:  # another process migrated while we waited for the lock
+            return
+        command.upgrade(alembic_config(conn), "head")

@@ -1,0 +1,164 @@
+"""Deployments (what the router serves) and live statistics (what the routers measured)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from registry.errors import AlreadyExists, NotFound, RegistryError
+from registry.languages import normalize_languages
+from registry.records import DeploymentView, LiveStatRecord
+from registry.schema import Deployment, Draft, Evaluation, Event, LiveStat, Verifier
+
+# Evaluations measured before deployment; "live" ones come from the routers and are kept apart.
+OFFLINE_METHODS = ("offline", "vllm")
+_COUNTERS = ("requests", "completion_tokens", "num_spec_steps", "num_draft_tokens", "num_accepted_tokens")
+
+
+def ensure_not_deployed(session: Session, draft: Draft) -> None:
+    names = [d.name for d in draft.deployments if d.status == "active"]
+    if names:
+        raise RegistryError(
+            f"{draft.name}@{draft.version} is used by active deployment(s) {', '.join(names)}; undeploy them first")
+
+
+def deploy(
+    session: Session, draft: Draft | None, *, name: str, url: str | None = None, launch: Mapping[str, Any] | None = None,
+    languages: list[str] | str | None = None, domain: str = "general", default: bool = False,
+    verifier: str | None = None,
+) -> DeploymentView:
+    """Create (or re-activate a stopped) deployment. ``draft=None`` serves the verifier without speculation."""
+    if not name or not name.strip():
+        raise RegistryError("a deployment needs a name")
+    if url is not None and not url.startswith(("http://", "https://")):
+        raise RegistryError(f"engine URL must start with http:// or https://, not {url!r}")
+    if draft is not None and draft.status == "retired":
+        raise RegistryError(f"{draft.name}@{draft.version} is retired; promote a draft before deploying it")
+    verifier_row = draft.verifier if draft is not None else _deploy_verifier(session, verifier)
+    if draft is not None and verifier is not None and verifier != verifier_row.name:
+        raise RegistryError(f"{draft.name}@{draft.version} belongs to verifier {verifier_row.name}, not {verifier}")
+    langs = normalize_languages(languages) if languages else []
+    if draft is None and not langs and not default:
+        raise RegistryError("a deployment without a draft needs --languages or --default")
+    row = session.scalars(select(Deployment).where(Deployment.name == name)).first()
+    if row is not None and row.status == "active":
+        raise AlreadyExists(f"deployment {name!r} already exists; undeploy it first")
+    if row is None:
+        row = Deployment(name=name)
+        session.add(row)
+    row.draft, row.verifier_id, row.url = draft, verifier_row.id, url
+    row.launch, row.languages, row.domain = dict(launch or {}), langs, domain
+    row.status, row.is_default = "active", int(default)
+    if default:
+        for other in session.scalars(select(Deployment).where(Deployment.name != name, Deployment.is_default == 1)):
+            other.is_default = 0
+    session.flush()
+    session.add(Event(kind="deploy", subject=name, details={"draft": _ref(draft), "url": url}))
+    return _view(session, row)
+
+
+def _deploy_verifier(session: Session, name: str | None) -> Verifier:
+    if name is None:
+        from polyspec.settings import get_settings
+
+        name = get_settings().default_verifier
+    row = session.scalars(select(Verifier).where(Verifier.name == name)).first()
+    if row is None:
+        raise NotFound(f"no verifier {name!r} in the registry (add it with `polyspec registry add-verifier`)")
+    return row
+
+
+def undeploy(session: Session, name: str) -> DeploymentView:
+    row = session.scalars(select(Deployment).where(Deployment.name == name)).first()
+    if row is None or row.status != "active":
+        raise NotFound(f"no active deployment named {name!r}")
+    row.status, row.is_default = "stopped", 0
+    session.add(Event(kind="undeploy", subject=name, details={"draft": _ref(row.draft)}))
+    session.flush()
+    return _view(session, row)
+
+
+def views(session: Session, *, include_stopped: bool = False) -> list[DeploymentView]:
+    query = select(Deployment).order_by(Deployment.name)
+    if not include_stopped:
+        query = query.where(Deployment.status == "active")
+    return [_view(session, row) for row in session.scalars(query)]
+
+
+def _ref(draft: Draft | None) -> str | None:
+    return None if draft is None else f"{draft.name}@{draft.version}"
+
+
+def _view(session: Session, row: Deployment) -> DeploymentView:
+    draft = row.draft
+    verifier = draft.verifier if draft is not None else session.get(Verifier, row.verifier_id) if row.verifier_id else None
+    languages = list(row.languages or []) or (list(draft.languages) if draft is not None else [])
+    return DeploymentView(
+        name=row.name, url=row.url, launch=dict(row.launch or {}), status=row.status, draft=_ref(draft),
+        draft_name=draft.name if draft else None, draft_version=draft.version if draft else None,
+        draft_location=draft.location if draft else None, k=draft.k if draft else None,
+        verifier_name=verifier.name if verifier else None, verifier_location=verifier.location if verifier else None,
+        languages=languages, domain=row.domain, is_default=bool(row.is_default),
+        offline_mal=_best_mal(session, draft), created_at=row.created_at,
+    )
+
+
+def _best_mal(session: Session, draft: Draft | None) -> dict[str, float]:
+    if draft is None:
+        return {}
+    best: dict[str, float] = {}
+    query = select(Evaluation).where(Evaluation.draft_id == draft.id, Evaluation.method.in_(OFFLINE_METHODS))
+    for ev in session.scalars(query):
+        best[ev.language] = max(best.get(ev.language, 0.0), ev.mean_acceptance_length)
+    return dict(sorted(best.items()))
+
+
+def _field(row: Any, name: str, default: Any = None) -> Any:
+    return row.get(name, default) if isinstance(row, Mapping) else getattr(row, name, default)
+
+
+def record_live_stats(session: Session, router_id: str, rows: Iterable[Any]) -> None:
+    """Add each row's counters to the stored aggregate of (router_id, language, domain, draft_name)."""
+    for item in rows:
+        key = {
+            "router_id": router_id, "language": str(_field(item, "language")),
+            "domain": str(_field(item, "domain") or "general"),
+            "draft_name": str(_field(item, "draft_name", None) or _field(item, "draft", None) or "none"),
+        }
+        stat = session.scalars(select(LiveStat).filter_by(**key)).first()
+        if stat is None:
+            stat = LiveStat(**key, accepted_per_pos=[], **{c: 0 for c in _COUNTERS})
+            session.add(stat)
+        for counter in _COUNTERS:
+            value = int(_field(item, counter, 0) or 0)
+            if value < 0:
+                raise RegistryError(f"live stat {counter} must not be negative ({value})")
+            setattr(stat, counter, (getattr(stat, counter) or 0) + value)
+        stat.accepted_per_pos = _add_lists(stat.accepted_per_pos or [], list(_field(item, "accepted_per_pos", []) or []))
+        session.flush()
+
+
+def _add_lists(a: list[int], b: list[int]) -> list[int]:
+    n = max(len(a), len(b))
+    return [int(a[i] if i < len(a) else 0) + int(b[i] if i < len(b) else 0) for i in range(n)]
+
+
+def live_stats(session: Session, *, router_id: str | None = None) -> list[LiveStatRecord]:
+    """Aggregates per (language, domain, draft), summed across routers unless ``router_id`` is given."""
+    query = select(LiveStat)
+    if router_id is not None:
+        query = query.where(LiveStat.router_id == router_id)
+    merged: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for stat in session.scalars(query):
+        key = (stat.language, stat.domain, stat.draft_name)
+        acc = merged.setdefault(key, {"accepted_per_pos": [], **{c: 0 for c in _COUNTERS}})
+        for counter in _COUNTERS:
+            acc[counter] += getattr(stat, counter) or 0
+        acc["accepted_per_pos"] = _add_lists(acc["accepted_per_pos"], list(stat.accepted_per_pos or []))
+    return [
+        LiveStatRecord(router_id=router_id or "*", language=k[0], domain=k[1], draft_name=k[2], **v)
+        for k, v in sorted(merged.items())
+    ]

@@ -1,0 +1,42 @@
+"""Alembic environment for the registry. Normally driven from ``registry.db.upgrade`` with a live
+connection in ``config.attributes["connection"]``; a URL in ``sqlalchemy.url`` also works."""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import create_engine
+
+from registry.schema import Base
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def _run(connection) -> None:  # noqa: ANN001
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        render_as_batch=connection.dialect.name == "sqlite",  # SQLite ALTER needs batch mode
+        compare_type=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _run(connection)
+        return
+    engine = create_engine(config.get_main_option("sqlalchemy.url"))
+    with engine.begin() as conn:
+        _run(conn)
+
+
+if context.is_offline_mode():
+    context.configure(url=config.get_main_option("sqlalchemy.url"), target_metadata=target_metadata,
+                      literal_binds=True)
+    with context.begin_transaction():
+        context.run_migrations()
+else:
+    run_migrations_online()

@@ -1,0 +1,191 @@
+"""Plain pydantic views of registry rows.
+
+Callers get these instead of live ORM objects, so nothing ever hits a detached-instance error
+and everything serialises with ``model_dump(mode="json")``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from registry import schema
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class VerifierRecord(Record):
+    name: str
+    location: str
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    checksums: dict[str, str] = Field(default_factory=dict)
+    created_at: dt.datetime | None = None
+
+    @classmethod
+    def of(cls, row: schema.Verifier) -> VerifierRecord:
+        return cls(
+            name=row.name, location=row.location, architecture=row.architecture, vocab_size=row.vocab_size,
+            hidden_size=row.hidden_size, num_layers=row.num_layers, checksums=dict(row.checksums or {}),
+            created_at=row.created_at,
+        )
+
+
+class DraftRecord(Record):
+    name: str
+    version: int
+    location: str
+    verifier: str
+    languages: list[str]
+    domain: str
+    draft_vocab_size: int
+    k: int
+    parent: str | None = None  # "name@version"
+    provenance: dict[str, Any] = Field(default_factory=dict)
+    status: str
+    checksums: dict[str, str] = Field(default_factory=dict)
+    created_at: dt.datetime | None = None
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    @classmethod
+    def of(cls, row: schema.Draft) -> DraftRecord:
+        parent = f"{row.parent.name}@{row.parent.version}" if row.parent is not None else None
+        return cls(
+            name=row.name, version=row.version, location=row.location, verifier=row.verifier.name,
+            languages=list(row.languages or []), domain=row.domain, draft_vocab_size=row.draft_vocab_size,
+            k=row.k, parent=parent, provenance=dict(row.provenance or {}), status=row.status,
+            checksums=dict(row.checksums or {}), created_at=row.created_at,
+        )
+
+
+class EvaluationRecord(Record):
+    id: int | None = None
+    draft: str  # "name@version"
+    benchmark: str
+    language: str
+    domain: str = "general"
+    k: int
+    acceptance: list[float]
+    mean_acceptance_length: float
+    num_prompts: int = 0
+    num_tokens: int = 0
+    method: str
+    details: dict[str, Any] = Field(default_factory=dict)
+    created_at: dt.datetime | None = None
+
+    @classmethod
+    def of(cls, row: schema.Evaluation) -> EvaluationRecord:
+        return cls(
+            id=row.id, draft=f"{row.draft.name}@{row.draft.version}", benchmark=row.benchmark,
+            language=row.language, domain=row.domain, k=row.k, acceptance=list(row.acceptance or []),
+            mean_acceptance_length=row.mean_acceptance_length, num_prompts=row.num_prompts,
+            num_tokens=row.num_tokens, method=row.method, details=dict(row.details or {}),
+            created_at=row.created_at,
+        )
+
+
+class DeploymentView(Record):
+    """One deployment as the router needs it: where to send traffic and how good the draft is."""
+
+    name: str
+    url: str | None = None
+    launch: dict[str, Any] = Field(default_factory=dict)
+    status: str = "active"
+    draft: str | None = None  # "name@version"; None: the verifier alone, no speculation
+    draft_name: str | None = None
+    draft_version: int | None = None
+    draft_location: str | None = None
+    k: int | None = None
+    verifier_name: str | None = None
+    verifier_location: str | None = None
+    languages: list[str] = Field(default_factory=list)
+    domain: str = "general"
+    is_default: bool = False
+    offline_mal: dict[str, float] = Field(default_factory=dict)  # best mean acceptance length per language
+    created_at: dt.datetime | None = None
+
+
+class LanguageProfileRecord(Record):
+    language: str
+    name: str
+    verifier: str | None
+    script: str
+    is_latin: bool
+    coverage: float
+    coverage_reference: str
+    coverage_by_vocab: dict[str, float] = Field(default_factory=dict)
+    plan: str
+    reason: str
+    prompts_file: str | None = None
+    num_prompts: int = 0
+    updated_at: dt.datetime | None = None
+
+    @classmethod
+    def of(cls, row: schema.LanguageProfile, verifier_name: str | None) -> LanguageProfileRecord:
+        cov = {str(k): float(v) for k, v in (row.coverage or {}).items()}
+        ref, best = max(cov.items(), key=lambda kv: kv[1]) if cov else ("none", 0.0)
+        return cls(
+            language=row.code, name=row.name, verifier=verifier_name, script=row.script,
+            is_latin=bool(row.is_latin), coverage=best, coverage_reference=ref, coverage_by_vocab=cov,
+            plan=row.plan, reason=row.reason, prompts_file=row.prompts_file, num_prompts=row.num_prompts,
+            updated_at=row.updated_at,
+        )
+
+
+class LiveStatRecord(Record):
+    """Router telemetry aggregated over one key. ``router_id`` is "*" when summed across routers."""
+
+    router_id: str = "*"
+    language: str
+    domain: str = "general"
+    draft_name: str = "none"
+    requests: int = 0
+    completion_tokens: int = 0
+    num_spec_steps: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    accepted_per_pos: list[int] = Field(default_factory=list)
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """1 + accepted drafts per step, as vLLM reports it; None before any speculative step."""
+        if self.num_spec_steps <= 0:
+            return None
+        return 1.0 + self.num_accepted_tokens / self.num_spec_steps
+
+    @property
+    def acceptance(self) -> list[float]:
+        if self.num_spec_steps <= 0:
+            return []
+        return [n / self.num_spec_steps for n in self.accepted_per_pos]
+
+
+class EventRecord(Record):
+    kind: str
+    subject: str
+    details: dict[str, Any] = Field(default_factory=dict)
+    created_at: dt.datetime | None = None
+
+    @classmethod
+    def of(cls, row: schema.Event) -> EventRecord:
+        return cls(kind=row.kind, subject=row.subject, details=dict(row.details or {}), created_at=row.created_at)
+
+
+class PromotionResult(Record):
+    draft: str
+    languages: list[str]
+    passed: bool
+    forced: bool = False
+    comparisons: list[dict[str, Any]] = Field(default_factory=list)
+    failures: list[str] = Field(default_factory=list)
+    retired: list[str] = Field(default_factory=list)
+    repointed_deployments: list[str] = Field(default_factory=list)

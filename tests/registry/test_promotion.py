@@ -1,0 +1,105 @@
+"""The promotion gate: accept on a real gain, refuse with the exact reason, --force is recorded, --replace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from registry import PromotionRefused, RegistryError
+
+
+def _eval(reg, draft: str, lang: str, mal_first: float, *, benchmark: str = "mtbench") -> None:
+    """An evaluation whose mean acceptance length is 1 + mal_first + its two decayed successors."""
+    a1 = mal_first
+    reg.add_evaluation(draft, benchmark=benchmark, language=lang, k=3, acceptance=[a1, a1 * 0.5, a1 * 0.25],
+                       num_prompts=80, num_tokens=16000, method="offline")
+
+
+def _candidate(reg, base_draft, base_draft_dir: Path, name: str = "fr-ft", languages=("fr",)):
+    return reg.import_draft(base_draft_dir, verifier=base_draft.verifier, name=name, languages=list(languages),
+                            parent=base_draft.ref)
+
+
+@pytest.fixture()
+def scene(reg, base_draft, base_draft_dir: Path):
+    """en-base (active) measured on en and fr; a French fine-tune candidate, child of en-base."""
+    _eval(reg, base_draft.ref, "en", 0.40)  # MAL 1.70
+    _eval(reg, base_draft.ref, "fr", 0.20)  # MAL 1.35
+    return _candidate(reg, base_draft, base_draft_dir)
+
+
+def test_gain_on_target_and_flat_elsewhere_passes(reg, scene) -> None:
+    _eval(reg, scene.ref, "fr", 0.36)  # 1.35 -> 1.63
+    _eval(reg, scene.ref, "en", 0.395)  # 1.70 -> 1.691, within epsilon
+    res = reg.promote(scene.ref)
+    assert res.passed and not res.forced and reg.get_draft(scene.ref).status == "active"
+    fr = next(c for c in res.comparisons if c["language"] == "fr")
+    assert (fr["baseline"], fr["before"], fr["after"]) == ("en-base@1", 1.35, 1.63)
+    assert reg.events()[0].kind == "promote"
+    assert reg.get_draft("en-base@1").status == "active"  # no --replace: the parent keeps serving English
+
+
+def test_refusals_say_which_language_and_by_how_much(reg, scene) -> None:
+    _eval(reg, scene.ref, "fr", 0.205)  # +0.009 < delta
+    _eval(reg, scene.ref, "en", 0.30)  # 1.70 -> 1.525
+    with pytest.raises(PromotionRefused) as err:
+        reg.promote(scene.ref)
+    failures = err.value.failures
+    assert any(f.startswith("fr:") and "1.350 -> 1.359" in f for f in failures)
+    assert any(f.startswith("en:") and "fell 1.700 -> 1.525" in f for f in failures)
+    assert reg.get_draft(scene.ref).status == "candidate" and reg.events() == []
+
+
+def test_force_is_recorded(reg, scene) -> None:
+    _eval(reg, scene.ref, "fr", 0.20)
+    res = reg.promote(scene.ref, force=True)
+    assert res.forced and res.failures and reg.get_draft(scene.ref).status == "active"
+    event = reg.events()[0]
+    assert event.kind == "promote-forced" and event.details["failures"] == res.failures
+
+
+def test_no_evaluation_or_no_comparable_evaluation_is_refused(reg, scene) -> None:
+    with pytest.raises(PromotionRefused, match="no evaluation for fr"):
+        reg.promote(scene.ref)
+    _eval(reg, scene.ref, "fr", 0.5, benchmark="heldout")
+    with pytest.raises(PromotionRefused, match="no evaluation comparable"):
+        reg.promote(scene.ref)
+
+
+def test_first_draft_for_a_language_needs_only_an_evaluation(reg, verifier_rec, base_draft_dir: Path) -> None:
+    ja = reg.import_draft(base_draft_dir, verifier=verifier_rec.name, name="ja-scratch", languages=["ja"])
+    with pytest.raises(PromotionRefused):
+        reg.promote(ja.ref)
+    _eval(reg, ja.ref, "ja", 0.1)
+    res = reg.promote(ja.ref)
+    assert res.passed and res.comparisons[0]["baseline"] is None
+
+
+def test_replace_retires_the_superseded_draft_and_moves_its_deployment(reg, scene, base_draft_dir: Path) -> None:
+    _eval(reg, scene.ref, "fr", 0.36)
+    reg.promote(scene.ref)
+    reg.deploy(scene.ref, name="fr-engine", launch={"port": 8101})
+    v2 = _candidate(reg, reg.get_draft("en-base@1"), base_draft_dir)
+    assert v2.ref == "fr-ft@2"
+    _eval(reg, v2.ref, "fr", 0.50)
+    res = reg.promote(v2.ref, replace=True)
+    assert res.retired == ["fr-ft@1"] and res.repointed_deployments == ["fr-engine"]
+    assert reg.get_draft("fr-ft@1").status == "retired" and reg.get_draft("en-base@1").status == "active"
+    assert [d.draft for d in reg.active_deployments()] == ["fr-ft@2"]
+    with pytest.raises(RegistryError, match="already active"):
+        reg.promote(v2.ref)
+
+
+def test_cli_promote(cli, reg, scene) -> None:
+    _eval(reg, scene.ref, "fr", 0.21)
+    refused = cli("promote", scene.ref, "--json")
+    assert refused.exit_code == 1 and "fr:" in refused.stderr
+    assert json.loads(refused.stdout)["failures"][0].startswith("fr:")
+    res = cli("add-evaluation", scene.ref, "--benchmark", "mtbench", "--language", "fr",
+              "--acceptance", "0.4,0.3,0.2", "--prompts", "80")
+    assert res.exit_code == 0 and "1.900" in res.stdout
+    ok = cli("promote", scene.ref, "--delta", "0.5")
+    assert ok.exit_code == 0, ok.stderr
+    assert "is now active (passed)" in ok.stdout

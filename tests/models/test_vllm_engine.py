@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from models.vllm_engine import EngineFailedToStart, EngineSpec, SpecCounters, VllmEngine, parse_spec_decode_counters
+
+METRICS = """\
+# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 7.0
+vllm:spec_decode_num_drafts_total{engine="1",model_name="m"} 3.0
+# HELP vllm:spec_decode_num_drafts_created Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_created gauge
+vllm:spec_decode_num_drafts_created{engine="0",model_name="m"} 1.7e+09
+# HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens.
+# TYPE vllm:spec_decode_num_draft_tokens_total counter
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 21.0
+vllm:spec_decode_num_draft_tokens_total{engine="1",model_name="m"} 9.0
+# HELP vllm:spec_decode_num_accepted_tokens_total Number of accepted tokens.
+# TYPE vllm:spec_decode_num_accepted_tokens_total counter
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 5.0
+vllm:spec_decode_num_accepted_tokens_total{engine="1",model_name="m"} 2.0
+# HELP vllm:spec_decode_num_accepted_tokens_per_pos_total Accepted tokens per draft position.
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 3.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="1"} 2.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="2"} 0.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="1",model_name="m",position="0"} 2.0
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 0.0
+"""
+
+
+def test_parse_counters_sums_engines() -> None:
+    c = parse_spec_decode_counters(METRICS)
+    assert c == SpecCounters(num_drafts=10, num_draft_tokens=30, num_accepted_tokens=7, accepted_per_pos=[5, 2, 0])
+    assert parse_spec_decode_counters("") == SpecCounters()
+    delta = c - SpecCounters(4, 12, 1, [1])
+    assert delta == SpecCounters(6, 18, 6, [4, 2, 0])
+
+
+def test_engine_spec_command_and_env(tmp_path: Path) -> None:
+    spec = EngineSpec(verifier=tmp_path / "v", draft=tmp_path / "d", k=4, kv_cache_gib=3, cpu_bind="nobind", threads=1)
+    cmd = spec.command(8123)
+    assert cmd[:3] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+    cfg = json.loads(cmd[cmd.index("--speculative-config") + 1])
+    assert cfg == {"method": "eagle3", "model": str(tmp_path / "d"), "num_speculative_tokens": 4}
+    assert cmd[cmd.index("--per-request-spec-decode-metrics") + 1] == "summary"
+    env = spec.environment()
+    assert (env["VLLM_CPU_KVCACHE_SPACE"], env["VLLM_CPU_OMP_THREADS_BIND"], env["OMP_NUM_THREADS"]) == ("3", "nobind", "1")
+    plain = EngineSpec(verifier=tmp_path / "v").command(1)
+    assert "--speculative-config" not in plain and "--per-request-spec-decode-metrics" not in plain
+
+
+def test_failed_start_reports_log_tail(tmp_path: Path) -> None:
+    spec = EngineSpec(verifier=tmp_path / "v", extra_args=["--no-such-flag-polyspec"])
+    engine = VllmEngine(spec, tmp_path / "engine.log").start()
+    with pytest.raises(EngineFailedToStart, match="no-such-flag-polyspec") as err:
+        engine.wait_ready(timeout=300, progress=False)
+    assert "exited with status" in str(err.value)
+    engine.stop()
+    engine.stop()  # idempotent
+
+
+@pytest.fixture(scope="module")
+def engine(verifier, base_draft_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    spec = EngineSpec(verifier=verifier.path, draft=base_draft_dir, k=3, served_model_name="smollm2")
+    with VllmEngine(spec, tmp_path_factory.mktemp("engine") / "vllm.log") as eng:
+        yield eng
+    assert eng.process is None
+
+
+@pytest.mark.integration
+def test_engine_answers_with_spec_metrics(engine: VllmEngine) -> None:
+    def counters() -> SpecCounters:
+        return parse_spec_decode_counters(httpx.get(f"{engine.url}/metrics", timeout=30).text)
+
+    before = counters()
+    body = {
+        "model": "smollm2",
+        "messages": [{"role": "user", "content": "What is the capital of France?"}],
+        "max_tokens": 24,
+        "temperature": 0,
+    }
+    reply = httpx.post(f"{engine.url}/v1/chat/completions", json=body, timeout=300).json()
+    assert "Paris" in reply["choices"][0]["message"]["content"]
+    spec = reply["metrics"]["speculative_decoding"]
+    assert spec["num_spec_steps"] > 0 and spec["num_draft_tokens"] == 3 * spec["num_spec_steps"]
+    assert sum(spec["acceptance_histogram"]) == spec["num_spec_steps"]
+    delta = counters() - before
+    assert delta.num_draft_tokens == spec["num_draft_tokens"]
+    assert delta.num_accepted_tokens == spec["num_accepted_draft_tokens"]
+    assert delta.num_drafts == spec["num_spec_steps"]
+    assert sum(delta.accepted_per_pos) == spec["num_accepted_draft_tokens"]

@@ -1,9 +1,228 @@
-"""`polyspec` commands contributed by the training package."""
+"""`polyspec train ...`: the training pipeline from the command line.
+
+    polyspec train run fr --prompts fr.jsonl --from DRAFT            # every stage, a new run
+    polyspec train run --run-id fr-finetune-... --resume            # continue (done stages are verified, skipped)
+    polyspec train prompts fr --prompts fr.jsonl --run-id fr-1      # only stage 1 (creates the run)
+    polyspec train answers fr-1 / hidden-states / vocab / fit / evaluate / register   # one stage of a run
+    polyspec train --plan fr                                        # the registry's add-language plan for fr
+    polyspec train status fr-1 ; polyspec train list
+"""
 
 from __future__ import annotations
 
+import functools
+import inspect
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
 import typer
+
+from training.cli_options import knob_signature_source, knobs_to_config
+
+app = typer.Typer(help="Train per-language Eagle3 drafts: prompts -> answers -> hidden states -> vocab -> fit -> "
+                       "evaluate -> register.", no_args_is_help=False, invoke_without_command=True)
+
+
+def _fail(exc: Exception) -> None:
+    typer.secho(f"error: {exc}", fg="red", err=True)
+    raise typer.Exit(2)
+
+
+def _guard(fn: Any) -> Any:
+    """Known errors become one red line and exit code 2; no traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from pydantic import ValidationError
+
+        from training.errors import TrainingError
+
+        try:
+            return fn(*args, **kwargs)
+        except (TrainingError, ValidationError, FileNotFoundError) as exc:
+            _fail(exc if not isinstance(exc, ValidationError) else ValueError(_short(exc)))
+        except Exception as exc:  # noqa: BLE001 - errors of the layers below with a message meant for users
+            if type(exc).__name__.endswith(("Error", "Invalid", "NotFound", "Refused", "Mismatch")) and \
+                    type(exc).__module__.split(".")[0] in ("registry", "models", "training"):
+                _fail(exc)
+            raise
+    return wrapper
+
+
+def _short(exc: Any) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err.get("loc", ()))
+    return f"{where}: {err.get('msg')}" if where else str(err.get("msg"))
+
+
+def _print_result(summaries: dict[str, Any], run: Any, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps({"run_id": run.run_id, "dir": str(run.root), "stages": summaries}, default=str))
+        return
+    typer.echo(f"run {run.run_id}: {run.root}")
+
+
+def _stages_for(until: str | None) -> list[str] | None:
+    from training.config import STAGES
+
+    if until is None:
+        return None
+    if until not in STAGES:
+        raise ValueError(f"--until must be one of {', '.join(STAGES)}")
+    return list(STAGES[: STAGES.index(until) + 1])
+
+
+def _open_or_create(**knobs: Any) -> Any:
+    from training.pipeline import start_run
+    from training.runs import Run
+
+    resume = knobs.pop("resume")
+    if resume and not knobs.get("run_id"):
+        raise typer.BadParameter("--resume needs --run-id")
+    saved = Run.open(knobs["run_id"]).config if resume else None
+    config = knobs_to_config(knobs, saved)
+    return start_run(config, resume=resume)
+
+
+@_guard
+def _run_command(*, until: Optional[str] = None, redo: Optional[list[str]] = None, json_out: bool = False,
+                 **knobs: Any) -> None:
+    from training.pipeline import run_pipeline
+
+    run = _open_or_create(**knobs)
+    summaries = run_pipeline(run, stages=_stages_for(until), redo=redo or ())
+    _print_result(summaries, run, json_out)
+
+
+def run_cmd(**kwargs: Any) -> None:
+    """Run the whole pipeline (or up to --until) for a new run, or --resume an existing one."""
+    _run_command(**kwargs)
+
+
+def prompts_cmd(**kwargs: Any) -> None:
+    """Stage 1 only: read, filter (language, domain), deduplicate and split the prompts; creates the run."""
+    _run_command(until="prompts", **kwargs)
+
+
+def _with_signature(fn: Any, drop: tuple[str, ...] = ()) -> Any:
+    sig = inspect.signature(knob_signature_source)
+    fn.__signature__ = sig.replace(parameters=[p for p in sig.parameters.values() if p.name not in drop])
+    return fn
+
+
+app.command("run")(_with_signature(run_cmd))
+app.command("prompts")(_with_signature(prompts_cmd, drop=("until", "redo")))
+
+
+def _stage_command(stage: str, doc: str) -> None:
+    @_guard
+    def command(
+        run_id: str = typer.Argument(..., help="The run (see `polyspec train list`)."),
+        redo: bool = typer.Option(False, "--redo", help="Discard this stage's output and run it again."),
+        json_out: bool = typer.Option(False, "--json", help="Print the stage summary as JSON."),
+    ) -> None:
+        from training.pipeline import run_pipeline
+        from training.runs import Run
+
+        run = Run.open(run_id)
+        summaries = run_pipeline(run, stages=[stage], redo=[stage] if redo else ())
+        _print_result(summaries, run, json_out)
+
+    command.__doc__ = doc
+    app.command(stage)(command)
+
+
+for _stage, _doc in {
+    "answers": "Stage 2: the verifier answers the training prompts (transformers, or --engine URL given at creation).",
+    "hidden-states": "Stage 3: verifier hidden states (aux layers + pre-norm last) in speculators' offline format.",
+    "vocab": "Stage 4: token frequencies, the draft vocabulary (t2d/d2t), coverage, the starting draft.",
+    "fit": "Stage 5: train the Eagle3 draft; resumes from the last epoch checkpoint.",
+    "evaluate": "Stage 6: acceptance on held-out prompts and MT-Bench, candidate vs the draft it started from.",
+    "register": "Stage 7: record the candidate draft, its evaluations and provenance in the registry.",
+}.items():
+    _stage_command(_stage, _doc)
+
+
+@app.command("status")
+@_guard
+def status_cmd(run_id: str = typer.Argument(..., help="The run."),
+               json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    """Show each stage of a run: done, partial (interrupted) or pending."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from training.runs import Run
+
+    run = Run.open(run_id)
+    rows = run.status()
+    if json_out:
+        typer.echo(json.dumps({"run_id": run_id, "stages": rows}))
+        return
+    table = Table(title=f"run {run_id} ({run.config.language}, {run.config.mode})")
+    for col in ("stage", "state", "seconds", "finished at"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["stage"], r["state"], str(r["seconds"] or ""), str(r["finished_at"] or ""))
+    Console().print(table)
+
+
+@app.command("list")
+@_guard
+def list_cmd(json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    """List the runs under $POLYSPEC_HOME/runs."""
+    from training.runs import Run, runs_root
+
+    root = runs_root()
+    runs = [Run.open(p.name) for p in sorted(root.glob("*")) if (p / "run.json").is_file()] if root.is_dir() else []
+    if json_out:
+        typer.echo(json.dumps([{"run_id": r.run_id, "language": r.config.language, "mode": r.config.mode,
+                                "done": [s["stage"] for s in r.status() if s["state"] == "done"]} for r in runs]))
+        return
+    for r in runs:
+        done = [s["stage"] for s in r.status() if s["state"] == "done"]
+        typer.echo(f"{r.run_id}\t{r.config.language}\t{r.config.mode}\tdone: {', '.join(done) or '-'}")
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    plan: Optional[str] = typer.Option(None, "--plan", metavar="LANG",
+                                       help="Run the add-language plan the registry recorded for LANG."),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="With --plan: name of the run."),
+    resume: bool = typer.Option(False, "--resume", help="With --plan: continue the run named by --run-id."),
+    max_prompts: Optional[int] = typer.Option(None, "--max-prompts", help="With --plan: cap on training prompts."),
+    engine: Optional[str] = typer.Option(None, "--engine", help="With --plan: vLLM engine URL for the answers."),
+    show: bool = typer.Option(False, "--show", help="With --plan: print the run config and stop."),
+) -> None:
+    """Train per-language Eagle3 drafts (see the sub-commands, or --plan LANG)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if plan is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)
+    _plan(plan, run_id=run_id, resume=resume, max_prompts=max_prompts, engine=engine, show=show)
+
+
+@_guard
+def _plan(language: str, **options: Any) -> None:
+    from training.plan import config_from_plan
+    from training.pipeline import run_pipeline, start_run
+
+    show = options.pop("show")
+    config = config_from_plan(language, **options)
+    if show:
+        typer.echo(config.model_dump_json(indent=2))
+        return
+    run = start_run(config, resume=options["resume"])
+    _print_result(run_pipeline(run), run, as_json=False)
 
 
 def register(root: typer.Typer) -> None:
     """Mount this package's commands on the root CLI."""
+    root.add_typer(app, name="train")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

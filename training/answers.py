@@ -1,0 +1,190 @@
+"""Stage 2: the verifier answers every training prompt, through its chat template.
+
+Each line of ``answers.jsonl`` holds the token ids the draft trains on (templated prompt + answer) and
+the assistant loss mask (1 on answer tokens only, the end-of-turn token included when the verifier
+emitted it). Two engines:
+
+- transformers ``generate`` (default): batched, left padding, greedy unless a temperature is set;
+- a running vLLM engine (``--engine URL``): see ``training.engine_client``.
+
+The stage resumes: answers are appended batch by batch (flushed and fsynced), a re-run keeps every
+complete line and only asks for the prompts still missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from training.config import AnswersConfig
+from training.prompts import read_jsonl
+from training.runs import console
+
+ANSWERS = "answers.jsonl"
+
+
+def template_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """Token ids of the chat-templated conversation, ending with the assistant header."""
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return list(tokenizer(text, add_special_tokens=False).input_ids)
+
+
+def eos_ids(tokenizer: Any, generation_config: Any = None) -> set[int]:
+    ids: set[int] = set()
+    for source in (getattr(generation_config, "eos_token_id", None), tokenizer.eos_token_id):
+        if isinstance(source, int):
+            ids.add(source)
+        elif isinstance(source, (list, tuple)):
+            ids.update(int(i) for i in source)
+    return ids
+
+
+def cut_answer(token_ids: Sequence[int], eos: set[int]) -> tuple[list[int], bool]:
+    """The answer up to and including the first end-of-turn token; (ids, finished)."""
+    out: list[int] = []
+    for tok in token_ids:
+        out.append(int(tok))
+        if tok in eos:
+            return out, True
+    return out, False
+
+
+def make_row(rec: dict[str, Any], prompt_ids: list[int], answer_ids: list[int], finished: bool, text: str) -> dict:
+    return {
+        "id": rec["id"],
+        "lang": rec.get("lang"),
+        "domain": rec.get("domain"),
+        "replay": bool(rec.get("replay")),
+        "input_ids": prompt_ids + answer_ids,
+        "loss_mask": [0] * len(prompt_ids) + [1] * len(answer_ids),
+        "num_prompt_tokens": len(prompt_ids),
+        "num_answer_tokens": len(answer_ids),
+        "finished": finished,
+        "answer": text,
+    }
+
+
+class AnswerWriter:
+    """Append-only answers.jsonl that survives interruption: complete lines are kept, a torn tail dropped."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.done: set[str] = set()
+        if path.exists():
+            good = []
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # the line being written when the process died
+                good.append(line)
+                self.done.add(row["id"])
+            path.write_text("".join(g + "\n" for g in good), encoding="utf-8")
+        self._fh = path.open("a", encoding="utf-8")
+
+    def write(self, rows: Iterable[dict[str, Any]]) -> None:
+        for row in rows:
+            self._fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+            self.done.add(row["id"])
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def _generate_batch(model: Any, tokenizer: Any, prompts: list[list[int]], cfg: AnswersConfig) -> list[list[int]]:
+    import torch
+
+    width = max(len(p) for p in prompts)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, p in enumerate(prompts):  # left padding: every prompt ends where generation starts
+        ids[row, width - len(p):] = torch.tensor(p)
+        mask[row, width - len(p):] = 1
+    device = next(model.parameters()).device
+    sample = cfg.temperature > 0
+    with torch.inference_mode():
+        out = model.generate(
+            input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=cfg.max_new_tokens,
+            do_sample=sample, temperature=cfg.temperature if sample else None, top_p=None, top_k=None,
+            pad_token_id=pad,
+        )
+    return [row[width:].tolist() for row in out.cpu()]
+
+
+def answer_with_transformers(
+    records: list[dict[str, Any]], verifier_path: Path, cfg: AnswersConfig, writer: AnswerWriter, seed: int, device: str
+) -> None:
+    from rich.progress import Progress
+
+    from models.hidden import load_verifier_model
+
+    import torch
+
+    torch.manual_seed(seed)
+    model, tokenizer = load_verifier_model(verifier_path, device=device)
+    eos = eos_ids(tokenizer, model.generation_config)
+    templated = [(rec, template_prompt(tokenizer, rec["messages"])) for rec in records]
+    templated = _drop_long(templated, cfg.max_prompt_tokens)
+    templated.sort(key=lambda rp: len(rp[1]))  # similar lengths per batch: less padding
+    with Progress(console=console, transient=False) as progress:
+        task = progress.add_task("verifier answers", total=len(templated))
+        for start in range(0, len(templated), cfg.batch_size):
+            batch = templated[start : start + cfg.batch_size]
+            outputs = _generate_batch(model, tokenizer, [p for _, p in batch], cfg)
+            rows = []
+            for (rec, prompt_ids), generated in zip(batch, outputs, strict=True):
+                answer, finished = cut_answer(generated, eos)
+                rows.append(make_row(rec, prompt_ids, answer, finished, tokenizer.decode(answer, skip_special_tokens=True)))
+            writer.write(rows)
+            progress.advance(task, len(batch))
+
+
+def _drop_long(templated: list[tuple[dict, list[int]]], limit: int) -> list[tuple[dict, list[int]]]:
+    kept = [(r, p) for r, p in templated if len(p) <= limit]
+    if len(kept) < len(templated):
+        console.print(f"[yellow]skipped {len(templated) - len(kept)} prompts longer than {limit} tokens")
+    return kept
+
+
+def build_answers(
+    out_dir: Path, prompts_dir: Path, verifier_path: Path, cfg: AnswersConfig, seed: int, device: str
+) -> dict[str, Any]:
+    """Answer every prompt of prompts/train.jsonl that answers.jsonl does not hold yet."""
+    records = read_jsonl(prompts_dir / "train.jsonl")
+    writer = AnswerWriter(out_dir / ANSWERS)
+    todo = [r for r in records if r["id"] not in writer.done]
+    if len(todo) < len(records):
+        console.print(f"resuming: {len(records) - len(todo)} answers already on disk, {len(todo)} to go")
+    try:
+        if todo and cfg.engine_url:
+            from training.engine_client import answer_with_engine
+
+            answer_with_engine(todo, verifier_path, cfg, writer)
+        elif todo:
+            answer_with_transformers(todo, verifier_path, cfg, writer, seed, device)
+    finally:
+        writer.close()
+    return summarize(out_dir / ANSWERS, engine=cfg.engine_url or "transformers")
+
+
+def summarize(path: Path, engine: str) -> dict[str, Any]:
+    rows = read_jsonl(path)
+    if not rows:
+        from training.errors import TrainingError
+
+        raise TrainingError("the verifier produced no answers (all prompts too long?)")
+    answer_tokens = sum(r["num_answer_tokens"] for r in rows)
+    return {
+        "answers": len(rows),
+        "answer_tokens": answer_tokens,
+        "total_tokens": sum(len(r["input_ids"]) for r in rows),
+        "finished": sum(1 for r in rows if r["finished"]),
+        "mean_answer_tokens": round(answer_tokens / len(rows), 1),
+        "engine": engine,
+    }

@@ -1,0 +1,217 @@
+"""Stage 5: train the Eagle3 draft on the stored hidden states.
+
+The data path is read with speculators' own pieces — ``ArrowDataset`` (+ ``FileTransfer``), the
+``MultipackDistributedBatchSamplerV2`` packing sampler, ``CollateFn`` and eagle3's ``shift_batch`` — so
+batches are packed exactly as ``speculators train`` packs them. The step mirrors speculators' Trainer
+(autocast on CUDA, AdamW, grad-norm clipping, warm-up + cosine/linear schedule); the loop is ours
+because speculators' Trainer assumes an accelerator. Checkpoints are written at the end of each epoch
+(atomically) and a re-run resumes from the last one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from training.config import FitConfig
+from training.runs import console
+
+CKPT_DIR = "checkpoints"
+METRICS = "metrics.jsonl"
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        from training.errors import TrainingError
+
+        raise TrainingError("--device cuda asked for, but torch sees no CUDA device")
+    return device
+
+
+def make_loader(data_dir: Path, cfg: FitConfig, hidden_size: int, num_aux: int, dtype: Any, seed: int, device: str):
+    from speculators.models.eagle3.data import shift_batch
+    from speculators.train.data import ArrowDataset, CollateFn
+    from speculators.train.distributed_batch_sampler import MultipackDistributedBatchSamplerV2
+    from torch.utils.data import DataLoader
+
+    dataset = ArrowDataset(max_len=cfg.total_seq_len, datapath=str(data_dir), on_missing="raise", hidden_states_dtype=dtype)
+    sampler = MultipackDistributedBatchSamplerV2(
+        batch_max_length=cfg.total_seq_len, lengths=dataset.approx_lengths, num_replicas=1, rank=0, seed=seed
+    )
+    collate = CollateFn(cfg.total_seq_len, hidden_size, num_target_layers=num_aux, dtype=dtype, preprocess=shift_batch)
+    return DataLoader(dataset, batch_sampler=sampler, num_workers=0, collate_fn=collate, pin_memory=device == "cuda")
+
+
+def epoch_lengths(loader: Any, epochs: int) -> list[int]:
+    """Steps in each epoch: packing reshuffles every epoch, so the counts differ a little."""
+    sampler = loader.batch_sampler
+    counts = []
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        counts.append(len(sampler))
+    sampler.set_epoch(0)
+    return counts
+
+
+def make_optimizer(model: Any, cfg: FitConfig, total: int):
+    import torch
+    from transformers import get_cosine_schedule_with_warmup, get_linear_schedule_with_warmup
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.scheduler == "cosine":
+        sched = get_cosine_schedule_with_warmup(opt, num_warmup_steps=cfg.warmup_steps, num_training_steps=total)
+    elif cfg.scheduler == "linear":
+        sched = get_linear_schedule_with_warmup(opt, num_warmup_steps=cfg.warmup_steps, num_training_steps=total)
+    else:
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _step: 1.0)
+    return opt, sched
+
+
+def _checkpoints(root: Path) -> list[tuple[int, Path]]:
+    found = []
+    for path in (root / CKPT_DIR).glob("epoch-*"):
+        if (path / "state.pt").is_file() and path.name[6:].isdigit():
+            found.append((int(path.name[6:]), path))
+    return sorted(found)
+
+
+def save_checkpoint(root: Path, epoch: int, global_step: int, model: Any, opt: Any, sched: Any, keep: int) -> None:
+    """End-of-epoch state (trainable weights, optimizer, scheduler, RNG) in a temp dir renamed into place."""
+    import torch
+
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    state = {
+        "epoch": epoch,
+        "global_step": global_step,
+        "model": {k: v.detach().cpu() for k, v in model.state_dict().items() if k in trainable},
+        "optimizer": opt.state_dict(),
+        "scheduler": sched.state_dict(),
+        "rng": torch.get_rng_state(),
+    }
+    final = root / CKPT_DIR / f"epoch-{epoch}"
+    tmp = final.with_name(f".{final.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    torch.save(state, tmp / "state.pt")
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    for _, old in _checkpoints(root)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def load_last_checkpoint(root: Path, model: Any, opt: Any, sched: Any) -> tuple[int, int]:
+    """(next epoch, global step) after restoring the last checkpoint; (0, 0) when there is none."""
+    import torch
+
+    found = _checkpoints(root)
+    if not found:
+        return 0, 0
+    epoch, path = found[-1]
+    state = torch.load(path / "state.pt", map_location="cpu", weights_only=False)
+    model.load_state_dict(state["model"], strict=False)
+    opt.load_state_dict(state["optimizer"])
+    sched.load_state_dict(state["scheduler"])
+    torch.set_rng_state(state["rng"])
+    console.print(f"resuming from the checkpoint of epoch {epoch} (step {state['global_step']})")
+    return epoch + 1, int(state["global_step"])
+
+
+def _trim_metrics(path: Path, global_step: int) -> None:
+    """Drop metric lines of steps a resumed run will redo (those after the last checkpoint)."""
+    if not path.exists():
+        return
+    keep = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip() and _step_of(ln) < global_step]
+    path.write_text("".join(ln + "\n" for ln in keep), encoding="utf-8")
+
+
+def _step_of(line: str) -> int:
+    try:
+        return int(json.loads(line)["step"])
+    except (json.JSONDecodeError, KeyError, ValueError):
+        return 1 << 62
+
+
+def train_step(model: Any, batch: dict[str, Any], opt: Any, sched: Any, cfg: FitConfig, loss_config: Any,
+               device: str) -> dict[str, float]:
+    import torch
+    from speculators.train.utils import normalize_counted_metrics
+
+    inputs = {k: v.to(device, non_blocking=True) for k, v in batch.items() if isinstance(v, torch.Tensor)}
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" else torch.autocast("cpu", enabled=False)
+    with autocast:
+        _, loss, metrics = model(**inputs, ttt_steps=cfg.ttt_steps, ttt_step_loss_decay=cfg.ttt_step_loss_decay,
+                                 loss_config=loss_config)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    lr = opt.param_groups[0]["lr"]
+    opt.step()
+    sched.step()
+    out = normalize_counted_metrics({k: float(v.item()) for k, v in metrics.items()})
+    out.update(lr=lr, grad_norm=float(grad_norm), tokens=int((inputs["document_ids"] != -1).sum().item()))
+    return out
+
+
+def run_fit(out_dir: Path, data_dir: Path, init_draft: Path, verifier_path: Path, cfg: FitConfig, seed: int,
+            device: str, keep_checkpoints: int = 2) -> dict[str, Any]:
+    import torch
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+    from speculators.losses import resolve_loss_config
+
+    from models.draft_build import load_draft, save_draft
+
+    device = resolve_device(device)
+    torch.manual_seed(seed)
+    model = load_draft(init_draft, verifier_path, attn_impl=cfg.attn_impl, device=device).train()
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    loader = make_loader(data_dir, cfg, model.hidden_size, len(model.target_layer_ids), dtype, seed, device)
+    per_epoch = epoch_lengths(loader, cfg.epochs)
+    opt, sched = make_optimizer(model, cfg, sum(per_epoch))
+    start_epoch, step = load_last_checkpoint(out_dir, model, opt, sched)
+    _trim_metrics(out_dir / METRICS, step)
+    loss_config = resolve_loss_config(cfg.loss_fn, "eager")
+    started = time.time()
+    columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
+               TextColumn("loss {task.fields[loss]:.4f}"), TimeRemainingColumn()]
+    with Progress(*columns, console=console) as progress, (out_dir / METRICS).open("a", encoding="utf-8") as log:
+        task = progress.add_task("fit", total=sum(per_epoch), completed=step, loss=math.nan)
+        for epoch in range(start_epoch, cfg.epochs):
+            loader.batch_sampler.set_epoch(epoch)
+            for batch in loader:
+                metrics = train_step(model, batch, opt, sched, cfg, loss_config, device)
+                log.write(json.dumps({"epoch": epoch, "step": step, **metrics}) + "\n")
+                log.flush()
+                step += 1
+                progress.update(task, advance=1, description=f"fit epoch {epoch + 1}/{cfg.epochs}", loss=metrics["loss"])
+            save_checkpoint(out_dir, epoch, step, model, opt, sched, keep_checkpoints)
+    save_draft(model.eval(), out_dir / "draft")
+    from training.plots import plot_metrics
+
+    plot_metrics(out_dir / METRICS, out_dir / "loss.png")
+    return _fit_summary(out_dir / METRICS, per_epoch, start_epoch, time.time() - started, device)
+
+
+def _fit_summary(metrics_path: Path, per_epoch: list[int], start_epoch: int, seconds: float, device: str) -> dict:
+    rows = [json.loads(ln) for ln in metrics_path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    last_epoch = [r for r in rows if r["epoch"] == rows[-1]["epoch"]] if rows else []
+    mean = lambda key: round(sum(r.get(key, 0.0) for r in last_epoch) / max(1, len(last_epoch)), 5)  # noqa: E731
+    return {
+        "steps": len(rows),
+        "planned_steps": sum(per_epoch),
+        "resumed_from_epoch": start_epoch - 1 if start_epoch else None,
+        "first_loss": round(rows[0]["loss"], 5) if rows else None,
+        "last_epoch_loss": mean("loss"),
+        "last_epoch_full_acc": [mean(f"full_acc_{i}") for i in range(8) if f"full_acc_{i}" in (last_epoch or [{}])[0]],
+        "seconds_this_session": round(seconds, 1),
+        "device": device,
+    }

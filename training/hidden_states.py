@@ -1,0 +1,99 @@
+"""Stage 3: verifier hidden states, written in speculators' offline-training format.
+
+The stage directory is a speculators ``--data-path``:
+
+    hidden-states/
+      data-00000-of-00001.arrow, dataset_info.json, state.json   HF datasets index (save_to_disk), torch format:
+          input_ids [T] int64, loss_mask [T] int64, seq_len int64 — one row per answers.jsonl line
+      hidden_states/hs_{i}.safetensors                             one file per row i:
+          token_ids [T] int64, hidden_states [T, len(aux)+1, H]    (aux layers..., last PRE-norm), bf16
+
+exactly what ``speculators.train.data.ArrowDataset`` + ``hs_connectors.FileTransfer`` read (our own
+trainer reads it through those same classes). Aux layer L = transformers' ``output_hidden_states[L]``
+(vLLM's convention); the last state is the input of the final norm (models.hidden).
+Files are written atomically and skipped when present, so an interrupted stage resumes.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from training.config import HiddenConfig
+from training.prompts import read_jsonl
+from training.runs import console
+
+HS_DIR = "hidden_states"
+
+
+def default_aux_layers(num_layers: int) -> list[int]:
+    """[2, n//2, n-3]: speculators' and vLLM's default Eagle3 aux layers."""
+    return [2, num_layers // 2, num_layers - 3]
+
+
+def hs_path(data_dir: Path, index: int) -> Path:
+    return data_dir / HS_DIR / f"hs_{index}.safetensors"
+
+
+def _save_hs(path: Path, token_ids: list[int], aux: Any, last: Any, dtype: Any) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    hidden = torch.cat([aux, last.unsqueeze(1)], dim=1).to(dtype).contiguous()  # [T, len(aux)+1, H]
+    tmp = path.with_name(f".{path.name}.tmp")
+    save_file({"token_ids": torch.tensor(token_ids, dtype=torch.long), "hidden_states": hidden}, str(tmp))
+    os.replace(tmp, path)
+
+
+def write_index(data_dir: Path, rows: list[dict[str, Any]]) -> None:
+    """The HF datasets index speculators' ArrowDataset loads with ``load_from_disk``."""
+    from datasets import Dataset, Features, Sequence, Value
+
+    features = Features({
+        "input_ids": Sequence(Value("int64")),
+        "loss_mask": Sequence(Value("int64")),
+        "seq_len": Value("int64"),
+    })
+    ds = Dataset.from_dict(
+        {
+            "input_ids": [r["input_ids"] for r in rows],
+            "loss_mask": [r["loss_mask"] for r in rows],
+            "seq_len": [len(r["input_ids"]) for r in rows],
+        },
+        features=features,
+    )
+    ds.set_format(type="torch")
+    ds.save_to_disk(str(data_dir))
+
+
+def build_hidden_states(
+    out_dir: Path, answers_path: Path, verifier_path: Path, aux_layer_ids: list[int], cfg: HiddenConfig, device: str
+) -> dict[str, Any]:
+    import torch
+
+    from models.hidden import capture_hidden_states_batched, load_verifier_model
+
+    rows = read_jsonl(answers_path)
+    (out_dir / HS_DIR).mkdir(parents=True, exist_ok=True)
+    todo = [i for i in range(len(rows)) if not hs_path(out_dir, i).is_file()]
+    if len(todo) < len(rows):
+        console.print(f"resuming: {len(rows) - len(todo)} hidden-state files already on disk, {len(todo)} to go")
+    dtype = getattr(torch, cfg.dtype)
+    if todo:
+        model, _ = load_verifier_model(verifier_path, device=device)
+        sequences = [rows[i]["input_ids"] for i in todo]
+        stream = capture_hidden_states_batched(
+            model, sequences, aux_layer_ids, max_batch_tokens=cfg.max_batch_tokens, max_batch_size=cfg.batch_size, progress=True,
+        )
+        for j, aux, last in stream:
+            i = todo[j]
+            _save_hs(hs_path(out_dir, i), rows[i]["input_ids"], aux, last, dtype)
+    write_index(out_dir, rows)
+    return {
+        "samples": len(rows),
+        "tokens": sum(len(r["input_ids"]) for r in rows),
+        "aux_layer_ids": list(aux_layer_ids),
+        "dtype": cfg.dtype,
+        "format": "speculators offline (ArrowDataset + FileTransfer)",
+    }

@@ -1,0 +1,188 @@
+"""The training pipeline as a Python API: prompts -> answers -> hidden states -> vocab -> fit -> evaluate -> register.
+
+    from training.config import RunConfig
+    from training.pipeline import start_run, run_pipeline
+    run = start_run(RunConfig(run_id="fr-1", language="fr", parent_draft="/path/draft", prompts={"files": [...]}))
+    summaries = run_pipeline(run)                  # every stage; done stages are verified and skipped
+    run_pipeline(run, stages=["prompts"])           # one stage (earlier ones must be done)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from training.config import STAGES, RunConfig
+from training.errors import ParentDraftError, TrainingError
+from training.runs import MARKER, Run, console, run_stage
+from training.runs import redo as redo_stage
+
+
+@dataclass
+class Context:
+    run: Run
+    verifier: Any  # models.verifiers.VerifierInfo
+    parent: Path | None
+    aux_layer_ids: list[int]
+    device: str
+    home: Path
+
+
+def start_run(config: RunConfig, home: Path | None = None, resume: bool = False) -> Run:
+    """Create the run directory (or, with ``resume``, reopen it; its knobs must not change)."""
+    return Run.create(config, home=home, exist_ok=resume)
+
+
+def resolve_parent(spec: str | None, verifier: Any) -> Path | None:
+    """A draft directory, or a registry reference NAME[@VERSION]; checked against the verifier."""
+    from models.drafts import DraftInvalid, inspect_draft
+
+    if not spec:
+        return None
+    path = Path(spec).expanduser()
+    if not path.is_dir():
+        path = _parent_from_registry(spec)
+    try:
+        info = inspect_draft(path, verifier)
+    except DraftInvalid as exc:
+        raise ParentDraftError(f"parent draft {spec} cannot be used with verifier {verifier.name}: {exc}") from None
+    recorded = Path(info.verifier).name if info.verifier else None
+    if recorded and recorded != Path(verifier.path).name and recorded != verifier.name:
+        console.print(f"[yellow]parent draft was made for {info.verifier}; its shapes fit {verifier.name}, going on")
+    return path.resolve()
+
+
+def _parent_from_registry(ref: str) -> Path:
+    try:
+        from registry import open_registry
+        from registry.errors import RegistryError
+
+        with open_registry() as reg:
+            record = reg.get_draft(ref)
+    except RegistryError as exc:
+        raise ParentDraftError(f"parent draft {ref!r} is neither a directory nor a registered draft ({exc})") from None
+    return Path(record.location)
+
+
+def make_context(run: Run, home: Path | None = None) -> Context:
+    from models.verifiers import VerifierError, resolve_verifier
+    from polyspec.settings import get_settings
+    from training.fit import resolve_device
+    from training.hidden_states import default_aux_layers
+
+    cfg = run.config
+    try:
+        verifier = resolve_verifier(cfg.verifier)
+    except VerifierError as exc:
+        raise TrainingError(f"verifier {cfg.verifier!r}: {exc}") from None
+    if cfg.mode == "finetune" and not cfg.parent_draft:
+        raise ParentDraftError("mode finetune needs a parent draft (--from DRAFT)")
+    parent = resolve_parent(cfg.parent_draft, verifier)
+    aux = cfg.hidden.aux_layer_ids or default_aux_layers(verifier.num_layers)
+    if parent is not None and cfg.mode == "finetune":
+        from models.drafts import inspect_draft
+
+        parent_aux = inspect_draft(parent).aux_layer_ids
+        if parent_aux and cfg.hidden.aux_layer_ids and list(parent_aux) != list(cfg.hidden.aux_layer_ids):
+            raise ParentDraftError(f"the parent draft reads aux layers {parent_aux}; --aux-layers {aux} would not fit it")
+        aux = list(parent_aux or aux)
+    return Context(run, verifier, parent, list(aux), resolve_device(cfg.device), Path(home or get_settings().home))
+
+
+def _marker(ctx: Context, stage: str) -> Path:
+    return ctx.run.require(stage) / MARKER
+
+
+def _prompts(ctx: Context) -> dict[str, Any]:
+    from training.prompts import build_prompts
+
+    cfg = ctx.run.config
+    files = [*cfg.prompts.files, *(r.path for r in cfg.prompts.replay)]
+    return run_stage(ctx.run, "prompts", lambda out: build_prompts(out, cfg.language, cfg.prompts, cfg.seed), files)
+
+
+def _answers(ctx: Context) -> dict[str, Any]:
+    from training.answers import build_answers
+
+    cfg, prompts = ctx.run.config, _marker(ctx, "prompts")
+    body = lambda out: build_answers(out, prompts.parent, ctx.verifier.path, cfg.answers, cfg.seed, ctx.device)  # noqa: E731
+    return run_stage(ctx.run, "answers", body, [prompts], resumable=True)
+
+
+def _hidden(ctx: Context) -> dict[str, Any]:
+    from training.hidden_states import build_hidden_states
+
+    cfg, answers = ctx.run.config, _marker(ctx, "answers")
+    body = lambda out: build_hidden_states(  # noqa: E731
+        out, answers.parent / "answers.jsonl", ctx.verifier.path, ctx.aux_layer_ids, cfg.hidden, ctx.device)
+    return run_stage(ctx.run, "hidden-states", body, [answers], resumable=True)
+
+
+def _vocab(ctx: Context) -> dict[str, Any]:
+    from training.vocab import build_vocab
+
+    answers = _marker(ctx, "answers")
+    inputs = [answers, *([ctx.parent / "model.safetensors"] if ctx.parent else [])]
+    body = lambda out: build_vocab(  # noqa: E731
+        out, answers.parent / "answers.jsonl", ctx.run.config, ctx.verifier, ctx.parent, ctx.aux_layer_ids)
+    return run_stage(ctx.run, "vocab", body, inputs)
+
+
+def _fit(ctx: Context) -> dict[str, Any]:
+    from training.fit import run_fit
+
+    cfg, hidden, vocab = ctx.run.config, _marker(ctx, "hidden-states"), _marker(ctx, "vocab")
+    body = lambda out: run_fit(  # noqa: E731
+        out, hidden.parent, vocab.parent / "init_draft", ctx.verifier.path, cfg.fit, cfg.seed, ctx.device)
+    return run_stage(ctx.run, "fit", body, [hidden, vocab], resumable=True)
+
+
+def _evaluate(ctx: Context) -> dict[str, Any]:
+    from training.eval_stage import run_evaluation
+
+    cfg, fit, prompts = ctx.run.config, _marker(ctx, "fit"), _marker(ctx, "prompts")
+    baseline = ctx.parent or (ctx.run.require("vocab") / "init_draft")
+    body = lambda out: run_evaluation(  # noqa: E731
+        out, cfg, ctx.verifier.path, fit.parent / "draft", baseline, prompts.parent, ctx.device)
+    return run_stage(ctx.run, "evaluate", body, [fit, prompts])
+
+
+def _register(ctx: Context) -> dict[str, Any]:
+    from training.registration import register_candidate
+
+    evaluate = _marker(ctx, "evaluate")
+    results = json.loads((evaluate.parent / "results.json").read_text(encoding="utf-8"))["results"]
+    summaries = {s: ctx.run.summary(s) for s in STAGES}
+    body = lambda out: _write_registration(out, register_candidate(  # noqa: E731
+        ctx.run, ctx.verifier.name, ctx.run.stage_dir("fit") / "draft", results, summaries, ctx.parent, ctx.home))
+    return run_stage(ctx.run, "register", body, [evaluate])
+
+
+def _write_registration(out: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    from training.runs import atomic_write_json
+
+    atomic_write_json(out / "registered.json", summary)
+    return summary
+
+
+RUNNERS: dict[str, Callable[[Context], dict[str, Any]]] = {
+    "prompts": _prompts, "answers": _answers, "hidden-states": _hidden, "vocab": _vocab,
+    "fit": _fit, "evaluate": _evaluate, "register": _register,
+}
+
+
+def run_pipeline(run: Run, stages: Iterable[str] | None = None, redo: Iterable[str] = (),
+                 home: Path | None = None) -> dict[str, dict[str, Any]]:
+    """Run the given stages (default: all, registration only when enabled) in order."""
+    wanted = list(stages) if stages is not None else [
+        s for s in STAGES if s != "register" or run.config.registration.enabled]
+    unknown = [s for s in [*wanted, *redo] if s not in STAGES]
+    if unknown:
+        raise TrainingError(f"unknown stage(s) {', '.join(unknown)}; stages: {', '.join(STAGES)}")
+    for stage in redo:
+        redo_stage(run, stage)
+    ctx = make_context(run, home)
+    return {stage: RUNNERS[stage](ctx) for stage in STAGES if stage in wanted}

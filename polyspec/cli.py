@@ -27,16 +27,24 @@ def main(
     """polyspec trains per-language Eagle3 drafts, keeps them in a registry and routes traffic to them."""
 
 
+_SUB_APPS = ("models.cli", "registry.cli", "training.cli", "router.cli", "polyspec.demo")
+
+
 def _mount() -> None:
-    # Sub-apps are imported here so that a missing optional part never breaks the others.
-    from models.cli import register as register_models
-    from registry.cli import register as register_registry
-    from router.cli import register as register_router
-    from training.cli import register as register_training
+    # A machine may lack one part's dependencies (the GPU box has no FastAPI or SQLAlchemy):
+    # the other parts must still work there, so a failed import only hides that part's commands.
+    import importlib
 
-    for register in (register_models, register_registry, register_training, register_router):
-        register(app)
+    for module_name in _SUB_APPS:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            _UNAVAILABLE[module_name] = str(exc)
+            continue
+        module.register(app)
 
+
+_UNAVAILABLE: dict[str, str] = {}
 
 _mount()
 

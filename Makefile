@@ -22,7 +22,7 @@ deps:
 		$(PIP) install -q --upgrade pip && \
 		$(PIP) install -q -r requirements.lock && \
 		$(PIP) uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null; \
-		$(PIP) install -q --no-deps --no-build-isolation -e . && \
+		$(PIP) install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 && \
 		echo "$(LOCK_SHA)" > $(STAMP); \
 	else echo "==> dependencies up to date"; fi
 

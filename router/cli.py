@@ -1,9 +1,111 @@
-"""`polyspec` commands contributed by the router package."""
+"""`polyspec` commands contributed by the router package: `serve`, `langid` (and `up`, from the fleet part)."""
 
 from __future__ import annotations
+
+import json
+import sys
+from typing import Optional
 
 import typer
 
 
+def serve(
+    host: Optional[str] = typer.Option(None, help="Listen address (default: POLYSPEC_ROUTER_HOST or 127.0.0.1)."),
+    port: Optional[int] = typer.Option(None, help="Listen port (default: POLYSPEC_ROUTER_PORT or 8000)."),
+    registry: Optional[str] = typer.Option(None, "--registry", help="Registry URL (default: POLYSPEC_REGISTRY_URL)."),
+    threshold: Optional[float] = typer.Option(None, help="Langid confidence below which prompts go to the default pool."),
+    capture: Optional[bool] = typer.Option(None, "--capture/--no-capture", help="Keep prompts per language (opt-in)."),
+    router_id: Optional[str] = typer.Option(None, help="Name of this router in the live stats."),
+    log_level: str = typer.Option("info", help="uvicorn log level."),
+) -> None:
+    """Serve the OpenAI-compatible router in front of the registry's active deployments."""
+    import uvicorn
+    from pydantic import ValidationError
+
+    from router.app import create_app
+    from router.config import RouterConfig
+
+    overrides = {"host": host, "port": port, "registry_url": registry, "language_threshold": threshold,
+                 "capture": capture, "router_id": router_id}
+    try:
+        config = RouterConfig(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        typer.echo(f"error: invalid router setting: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}", err=True)
+        raise typer.Exit(2) from None
+    app = create_app(config)
+    typer.echo(f"polyspec router {config.router_id} on http://{config.host}:{config.port}", err=True)
+    uvicorn.run(app, host=config.host, port=config.port, log_level=log_level, timeout_graceful_shutdown=5)
+
+
+def langid(
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per line: {text, language, confidence}."),
+    restrict: Optional[str] = typer.Option(None, help="Comma-separated labels to choose from, e.g. fr,en,de."),
+) -> None:
+    """Identify the language of each line of standard input (fastText lid.176, offline)."""
+    from models.langid import detect_many
+
+    labels = [x.strip() for x in restrict.split(",") if x.strip()] if restrict else None
+    if restrict is not None and not labels:
+        typer.echo("error: --restrict needs at least one language code", err=True)
+        raise typer.Exit(2)
+    lines = [line.rstrip("\n") for line in sys.stdin]
+    guesses = detect_many(lines, restrict=labels)
+    if as_json:
+        for text, guess in zip(lines, guesses):
+            sys.stdout.write(json.dumps({"text": text, "language": guess.language,
+                                         "confidence": round(guess.confidence, 6)}, ensure_ascii=False) + "\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Language identification (fastText lid.176)")
+    table.add_column("text", overflow="fold")
+    table.add_column("language")
+    table.add_column("confidence", justify="right")
+    for text, guess in zip(lines, guesses):
+        table.add_row(text[:80] + ("…" if len(text) > 80 else ""), guess.language, f"{guess.confidence:.3f}")
+    Console().print(table)
+
+
 def register(root: typer.Typer) -> None:
     """Mount this package's commands on the root CLI."""
+    root.command("serve")(serve)
+    root.command("langid")(langid)
+    if "register_fleet" in globals():  # helper fleet's `polyspec up`, defined below
+        globals()["register_fleet"](root)
+
+
+# --- `polyspec up` (helper fleet) goes below this line, exposed as register_fleet(root) -------------
+
+from pathlib import Path  # noqa: E402 (typer resolves the annotation below at runtime)
+
+
+def up(
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Fleet YAML (verifier, engines, router); "
+                                          "default: the registry's active deployments.", dir_okay=False),
+    host: Optional[str] = typer.Option(None, help="Router listen address (default 127.0.0.1 or the YAML's)."),
+    port: Optional[int] = typer.Option(None, help="Router port (default 8000 or the YAML's)."),
+    registry: Optional[str] = typer.Option(None, "--registry", help="Registry URL (default: POLYSPEC_REGISTRY_URL)."),
+    base_port: int = typer.Option(8101, help="First port for launched engines without one."),
+    ready_timeout: float = typer.Option(900.0, help="Seconds to wait for each engine's health."),
+    log_level: str = typer.Option("warning", help="uvicorn log level."),
+) -> None:
+    """Start one vLLM engine per active deployment (or per --config entry), then the router. Ctrl-C stops all."""
+    from polyspec.settings import get_settings
+    from registry.errors import RegistryError
+    from router.fleet import FleetError, plan_up, run_up
+    from router.yamlspec import FleetConfigError
+
+    try:
+        plan = plan_up(config, host=host, port=port, registry_url=registry, base_port=base_port)
+        run_up(plan, logs_dir=get_settings().home / "logs", ready_timeout=ready_timeout, log_level=log_level)
+    except (FleetError, FleetConfigError, RegistryError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        typer.echo("interrupted; fleet stopped", err=True)
+        raise typer.Exit(130) from None
+
+
+def register_fleet(root: typer.Typer) -> None:
+    root.command("up")(up)

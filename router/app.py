@@ -1,0 +1,112 @@
+"""The OpenAI-compatible router app: ``create_app(config)`` builds it; `polyspec serve` runs it with uvicorn.
+
+Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, /health (alive),
+/ready (some replica healthy), /metrics (Prometheus). The runtime lives on ``app.state.runtime``;
+``refresh_routing_table(app)`` is what POST /admin/api/refresh calls.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from router.config import RouterConfig
+from router.errors import RouterError, error_body
+from router.proxy import ClientGone, forward
+from router.runtime import RouterRuntime
+from router.table import TableSource
+
+
+def create_app(
+    config: RouterConfig | None = None,
+    *,
+    source: TableSource | None = None,
+    client: httpx.AsyncClient | None = None,
+    mount_admin: bool = True,
+) -> FastAPI:
+    """Build the router. ``source`` defaults to the registry at ``config.registry_url``."""
+    config = config or RouterConfig()
+    runtime = RouterRuntime(config, source=source, client=client)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await runtime.start()
+        try:
+            yield
+        finally:
+            await runtime.stop()
+
+    app = FastAPI(title="polyspec router", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.runtime = runtime
+    _install_error_handlers(app)
+    _install_routes(app, runtime)
+    if mount_admin and importlib.util.find_spec("router.admin") is not None:
+        import router.admin as admin
+
+        if hasattr(admin, "mount"):
+            admin.mount(app, runtime)
+    return app
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RouterError)
+    async def _router_error(_: Request, exc: RouterError) -> JSONResponse:
+        return exc.response()
+
+    @app.exception_handler(ClientGone)
+    async def _client_gone(_: Request, __: ClientGone) -> Response:
+        return Response(status_code=499)  # nobody reads it; nginx's "client closed request"
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        return JSONResponse(error_body(str(exc.detail), kind, None, code), status_code=exc.status_code)
+
+
+def _install_routes(app: FastAPI, runtime: RouterRuntime) -> None:
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await forward(runtime, request, "chat")
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await forward(runtime, request, "completions")
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        created = int(runtime.telemetry.started_at)
+        data = [{"id": m, "object": "model", "created": created, "owned_by": "polyspec"} for m in runtime.known_models()]
+        return {"object": "list", "data": data}
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "uptime_s": round(time.time() - runtime.telemetry.started_at, 3)}
+
+    @app.get("/ready")
+    async def ready() -> JSONResponse:
+        ok = runtime.ready()
+        body = {"ready": ok, "pools": len(runtime.table.pools),
+                "healthy_replicas": sum(1 for s in runtime.backends.replicas.values() if s.healthy),
+                "last_refresh_error": runtime.last_refresh_error}
+        return JSONResponse(body, status_code=200 if ok else 503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        runtime.update_gauges()
+        return Response(generate_latest(runtime.telemetry.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+async def refresh_routing_table(app: FastAPI) -> dict[str, Any]:
+    """Reload the routing table from the registry now (the admin API's refresh button)."""
+    runtime: RouterRuntime = app.state.runtime
+    return await runtime.refresh()

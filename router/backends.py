@@ -1,0 +1,139 @@
+"""Engine replicas: one pooled httpx client, in-flight counts and health with hysteresis.
+
+A replica is marked down after ``fail_threshold`` consecutive failures (health probes or requests that
+could not reach it) and up again after ``recover_threshold`` consecutive successful probes, so one
+lost packet does not flap the routing table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+from router.config import RouterConfig
+
+log = logging.getLogger("polyspec.router")
+
+
+@dataclass
+class ReplicaState:
+    url: str
+    name: str
+    healthy: bool = True  # optimistic until probes say otherwise: a fresh router can serve at once
+    fails: int = 0
+    successes: int = 0
+    in_flight: int = 0
+    model_ids: list[str] = field(default_factory=list)
+    last_error: str | None = None
+    last_check: float | None = None
+
+
+class Backends:
+    def __init__(self, config: RouterConfig, client: httpx.AsyncClient | None = None) -> None:
+        self.config = config
+        self.client = client or httpx.AsyncClient(
+            timeout=httpx.Timeout(config.read_timeout_s, connect=config.connect_timeout_s),
+            limits=httpx.Limits(max_connections=config.max_connections, max_keepalive_connections=64),
+            headers={"Accept-Encoding": "identity"},
+        )
+        self.replicas: dict[str, ReplicaState] = {}
+
+    def sync(self, replicas: list[tuple[str, str]]) -> None:
+        """Track exactly these (name, url) replicas, keeping state of the ones already known."""
+        wanted = {url: name for name, url in replicas}
+        for url in list(self.replicas):
+            if url not in wanted:
+                del self.replicas[url]
+        for url, name in wanted.items():
+            state = self.replicas.get(url)
+            if state is None:
+                self.replicas[url] = ReplicaState(url=url, name=name)
+            else:
+                state.name = name
+
+    def is_healthy(self, url: str) -> bool:
+        state = self.replicas.get(url)
+        return bool(state and state.healthy)
+
+    def in_flight(self, url: str) -> int:
+        state = self.replicas.get(url)
+        return state.in_flight if state else 0
+
+    def model_ids(self) -> set[str]:
+        return {m for s in self.replicas.values() for m in s.model_ids}
+
+    def model_for(self, url: str) -> str | None:
+        state = self.replicas.get(url)
+        return state.model_ids[0] if state and state.model_ids else None
+
+    def acquire(self, url: str) -> None:
+        if url in self.replicas:
+            self.replicas[url].in_flight += 1
+
+    def release(self, url: str) -> None:
+        state = self.replicas.get(url)
+        if state and state.in_flight > 0:
+            state.in_flight -= 1
+
+    def record_failure(self, url: str, error: str) -> None:
+        state = self.replicas.get(url)
+        if state is None:
+            return
+        state.successes = 0
+        state.fails += 1
+        state.last_error = error
+        if state.healthy and state.fails >= self.config.fail_threshold:
+            state.healthy = False
+            log.warning("replica %s (%s) marked down: %s", state.name, url, error)
+
+    def record_success(self, url: str) -> None:
+        state = self.replicas.get(url)
+        if state is None:
+            return
+        state.fails = 0
+        state.successes += 1
+        if not state.healthy and state.successes >= self.config.recover_threshold:
+            state.healthy = True
+            state.last_error = None
+            log.warning("replica %s (%s) marked up", state.name, url)
+
+    async def probe(self, state: ReplicaState) -> None:
+        """One health probe: vLLM's /health, then /v1/models to learn the served model id."""
+        timeout = self.config.health_timeout_s
+        state.last_check = time.time()
+        try:
+            resp = await self.client.get(f"{state.url}/health", timeout=timeout)
+            resp.raise_for_status()
+            if not state.model_ids:
+                models = await self.client.get(f"{state.url}/v1/models", timeout=timeout)
+                models.raise_for_status()
+                state.model_ids = [m["id"] for m in models.json().get("data", [])]
+        except (httpx.HTTPError, ValueError, KeyError) as exc:
+            self.record_failure(state.url, f"health: {type(exc).__name__}: {exc}")
+            return
+        self.record_success(state.url)
+
+    async def probe_all(self) -> None:
+        await asyncio.gather(*(self.probe(s) for s in list(self.replicas.values())))
+
+    def describe(self) -> list[dict[str, object]]:
+        return [
+            {
+                "name": s.name,
+                "url": s.url,
+                "healthy": s.healthy,
+                "in_flight": s.in_flight,
+                "consecutive_failures": s.fails,
+                "models": list(s.model_ids),
+                "last_error": s.last_error,
+                "last_check": s.last_check,
+            }
+            for s in self.replicas.values()
+        ]
+
+    async def aclose(self) -> None:
+        await self.client.aclose()

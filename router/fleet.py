@@ -1,0 +1,355 @@
+"""`polyspec up`: one vLLM engine per active deployment (or per YAML entry), then the router in front.
+
+The plan comes from the registry's active deployments or from a fleet YAML file (router/yamlspec.py).
+Deployments with a URL are remote: registered, never launched. Launched engines get their URL written
+back to the registry so the router's table (and other routers sharing the registry) see them; the
+previous URL is restored when the fleet stops. Ctrl-C (SIGINT) or SIGTERM stops the router, then
+every engine's process group.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from router.yamlspec import FleetConfig
+
+log = logging.getLogger("polyspec.fleet")
+
+DEFAULT_BASE_PORT = 8101
+LAUNCHED_KEY = "launched_url"  # kept in Deployment.launch while `polyspec up` serves that deployment
+LAUNCH_KEYS = ("k", "max_model_len", "kv_cache_gib", "dtype", "cpu_bind", "threads", "served_model_name",
+               "extra_args", "env")
+
+
+class FleetError(RuntimeError):
+    """The fleet cannot be planned or an engine failed to start."""
+
+
+@dataclass
+class Member:
+    """One backend of the fleet: launched here (``launch`` set) or remote (``url`` set)."""
+
+    name: str
+    languages: list[str]
+    domain: str = "general"
+    draft: str | None = None  # display name / registry ref
+    is_default: bool = False
+    url: str | None = None
+    launch: dict[str, Any] | None = None  # EngineSpec fields
+    deployment: str | None = None  # registry deployment to write the URL back to
+    offline_mal: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def remote(self) -> bool:
+        return self.launch is None
+
+
+def _free_port(taken: set[int], start: int) -> int:
+    port = start
+    while port in taken:
+        port += 1
+    taken.add(port)
+    return port
+
+
+def plan_from_registry(deployments: Sequence[Any], *, host: str = "127.0.0.1", base_port: int = DEFAULT_BASE_PORT,
+                       reserved: Sequence[int] = ()) -> list[Member]:
+    """Members for the registry's active deployments. A deployment with a URL and no launch port is
+    remote (unless the URL is one a previous fleet left behind); the others are launched."""
+    if not deployments:
+        raise FleetError("no active deployments in the registry (deploy one with `polyspec registry deploy`)")
+    taken = set(reserved) | {int(d.launch["port"]) for d in deployments if (d.launch or {}).get("port")}
+    members = []
+    for dep in deployments:
+        launch = dict(dep.launch or {})
+        # A URL that an earlier `polyspec up` wrote (and did not get to restore) is not a remote engine.
+        stale = bool(dep.url) and launch.get(LAUNCHED_KEY) == dep.url
+        remote = bool(dep.url) and not stale and not launch.get("port")
+        if remote:
+            spec = None
+        else:
+            if not dep.verifier_location:
+                raise FleetError(f"deployment {dep.name!r} has no verifier location to launch")
+            spec = {
+                "verifier": dep.verifier_location, "draft": dep.draft_location, "k": dep.k or 3, "host": host,
+                **{k: v for k, v in launch.items() if k in LAUNCH_KEYS},
+                "port": int(launch.get("port") or _free_port(taken, base_port)),
+            }
+        members.append(Member(
+            name=dep.name, languages=list(dep.languages), domain=dep.domain, draft=dep.draft,
+            is_default=dep.is_default, url=dep.url if remote else None, launch=spec, deployment=dep.name,
+            offline_mal=dict(dep.offline_mal),
+        ))
+    return members
+
+
+def plan_from_config(cfg: FleetConfig, verifier_location: str, host: str = "127.0.0.1") -> list[Member]:
+    members = []
+    taken = {cfg.router.port} | {e.port for e in cfg.engines if e.port}
+    for entry in cfg.engines:
+        if entry.remote:
+            spec = None
+        else:
+            if entry.draft is not None and not Path(entry.draft).expanduser().is_dir():
+                raise FleetError(f"engine {entry.name!r}: draft directory not found: {entry.draft}")
+            spec = {
+                "verifier": verifier_location,
+                "draft": str(Path(entry.draft).expanduser().resolve()) if entry.draft else None,
+                "k": entry.k, "host": host, "port": entry.port or _free_port(taken, DEFAULT_BASE_PORT),
+                "max_model_len": entry.max_model_len, "kv_cache_gib": entry.kv_cache_gib,
+                "cpu_bind": entry.cpu_bind, "threads": entry.threads, "extra_args": list(entry.extra_args),
+            }
+        members.append(Member(
+            name=entry.name, languages=entry.languages, domain=entry.domain,
+            draft=Path(entry.draft).name if entry.draft and not entry.remote else entry.draft,
+            is_default=entry.default, url=entry.url, launch=spec,
+        ))
+    return members
+
+
+class StaticSource:
+    """A routing-table source for a YAML fleet: its members are the deployments; live stats still go to
+    the registry when one is given (so a YAML fleet's traffic shows up like any other)."""
+
+    def __init__(self, members: Sequence[Member], registry: Any = None) -> None:
+        self.members = members
+        self.registry = registry
+
+    def deployments(self) -> list[dict[str, Any]]:
+        return [
+            {"name": m.name, "url": m.url, "languages": m.languages, "domain": m.domain,
+             "draft": m.draft, "is_default": m.is_default, "offline_mal": m.offline_mal}
+            for m in self.members if m.url
+        ]
+
+    def live_stats(self) -> list[Any]:
+        from router.table import to_live_row
+
+        return [to_live_row(r) for r in self.registry.live_stats()] if self.registry is not None else []
+
+    def record_live_stats(self, router_id: str, rows: Sequence[Any]) -> None:
+        if self.registry is not None:
+            from router.table import live_row_dict
+
+            self.registry.record_live_stats(router_id, [live_row_dict(r) for r in rows])
+
+
+def set_deployment_url(registry: Any, name: str, url: str | None, *, launched: bool) -> str | None:
+    """Point a deployment at ``url`` in one registry transaction; returns the URL it had before.
+
+    ``launched`` marks the URL as ours (see LAUNCHED_KEY) so a crashed fleet's URL is not mistaken
+    for a remote engine next time."""
+    from sqlalchemy import select
+
+    from registry.schema import Deployment
+
+    with registry.session(write=True) as s:
+        row = s.scalars(select(Deployment).where(Deployment.name == name)).first()
+        if row is None:
+            raise FleetError(f"deployment {name!r} disappeared from the registry")
+        previous, stale = row.url, (row.launch or {}).get(LAUNCHED_KEY)
+        row.url = url
+        launch = {k: v for k, v in (row.launch or {}).items() if k != LAUNCHED_KEY}
+        row.launch = {**launch, LAUNCHED_KEY: url} if launched else launch
+        return None if previous is not None and previous == stale else previous
+
+
+def share_cpus(launch: dict[str, Any], engines: int) -> dict[str, Any]:
+    """Engine knobs with CPU sharing filled in. vLLM's default binding pins every engine to the same
+    cores; with several engines on one small host, unpinned OpenMP threads (cores / engines each) let
+    the OS spread them (models.vllm_engine.EngineSpec.cpu_bind explains the measurements)."""
+    import os
+
+    spec = {k: v for k, v in launch.items() if v is not None or k == "draft"}
+    if engines > 1 and "cpu_bind" not in spec:
+        spec["cpu_bind"] = "nobind"
+        spec.setdefault("threads", max(1, (os.cpu_count() or 1) // engines))
+    return spec
+
+
+class Fleet:
+    """Starts the launched members' engines, publishes their URLs, and stops everything on exit."""
+
+    def __init__(self, members: Sequence[Member], logs_dir: Path, registry: Any = None) -> None:
+        self.members = list(members)
+        self.logs_dir = Path(logs_dir)
+        self.registry = registry
+        self.engines: dict[str, Any] = {}
+        self._restore: dict[str, str | None] = {}
+
+    def log_path(self, member: Member) -> Path:
+        return self.logs_dir / f"{member.name}.log"
+
+    def start(self, timeout: float = 900.0, progress: bool = True) -> None:
+        """Launch every local engine at once (their startups overlap), then wait for each /health."""
+        from models.vllm_engine import EngineSpec, VllmEngine
+
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        local = [m for m in self.members if not m.remote]
+        for m in local:
+            spec = EngineSpec(**share_cpus(m.launch, len(local)))
+            engine = VllmEngine(spec, self.log_path(m))
+            self.engines[m.name] = engine
+            log.info("starting engine %s on port %s (log: %s)", m.name, spec.port, self.log_path(m))
+            engine.start()
+        for m in local:
+            try:
+                self.engines[m.name].wait_ready(timeout=timeout, progress=progress)
+            except Exception as exc:
+                raise FleetError(f"engine {m.name} did not become ready: {exc} (log: {self.log_path(m)})") from exc
+            m.url = self.engines[m.name].url.rstrip("/")
+        self.publish()
+
+    def publish(self) -> None:
+        if self.registry is None:
+            return
+        for m in self.members:
+            if not m.remote and m.deployment:
+                previous = set_deployment_url(self.registry, m.deployment, m.url, launched=True)
+                self._restore.setdefault(m.deployment, previous)
+
+    def stop(self) -> None:
+        """Idempotent: unpublish URLs (so no router sends traffic to stopped engines), stop engines."""
+        for name, previous in list(self._restore.items()):
+            try:
+                set_deployment_url(self.registry, name, previous, launched=False)
+            except Exception as exc:  # the engines must still be stopped
+                log.warning("could not restore the URL of deployment %s: %s", name, exc)
+            self._restore.pop(name, None)
+        for name, engine in list(self.engines.items()):
+            try:
+                engine.stop()
+            except Exception as exc:
+                log.warning("could not stop engine %s cleanly: %s", name, exc)
+            self.engines.pop(name, None)
+
+    def __enter__(self) -> Fleet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM behaves like Ctrl-C while engines start, so `kill` also cleans up (uvicorn installs its own later)."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@dataclass
+class UpPlan:
+    members: list[Member]
+    source: Any  # router.table.TableSource; None = the registry's deployments
+    registry: Any  # Registry for URL write-back and live stats, or None
+    router_host: str
+    router_port: int
+    registry_url: str | None = None
+
+
+def plan_up(config_path: Path | None, *, host: str | None, port: int | None, registry_url: str | None,
+            base_port: int = DEFAULT_BASE_PORT) -> UpPlan:
+    """What `polyspec up` will run: from the YAML file when given, else the registry's active deployments."""
+    from registry import open_registry
+
+    if config_path is not None:
+        from router.yamlspec import load_fleet_config
+
+        cfg = load_fleet_config(config_path)
+        router_host, router_port = host or cfg.router.host, port or cfg.router.port
+        verifier = ""
+        if any(not e.remote for e in cfg.engines):
+            verifier = _verifier_location(cfg.verifier)
+        members = plan_from_config(cfg, verifier)
+        try:
+            registry = open_registry(registry_url)
+        except Exception as exc:  # a YAML fleet can run without a registry; live stats then stay in memory
+            log.warning("no registry for live stats (%s); continuing without one", exc)
+            registry = None
+        return UpPlan(members, StaticSource(members, registry), registry, router_host, router_port, registry_url)
+    registry = open_registry(registry_url)
+    router_host, router_port = host or "127.0.0.1", port or 8000
+    members = plan_from_registry(registry.active_deployments(), base_port=base_port, reserved=[router_port])
+    return UpPlan(members, None, registry, router_host, router_port, registry_url)
+
+
+def _verifier_location(spec: str | None) -> str:
+    from models.verifiers import VerifierError, resolve_verifier
+    from polyspec.settings import get_settings
+
+    try:
+        return str(resolve_verifier(spec or get_settings().default_verifier).path)
+    except VerifierError as exc:
+        raise FleetError(f"verifier {spec!r}: {exc}") from exc
+
+
+def describe(members: Sequence[Member]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="polyspec fleet")
+    for col in ("backend", "languages", "domain", "draft", "where"):
+        table.add_column(col)
+    for m in members:
+        where = m.url if m.remote else f"launch on :{m.launch['port']}"
+        name = m.name + (" (default)" if m.is_default else "")
+        table.add_row(name, ", ".join(m.languages) or "-", m.domain, m.draft or "none", where)
+    return table
+
+
+def run_up(plan: UpPlan, *, logs_dir: Path, ready_timeout: float = 900.0, log_level: str = "warning",
+           router_id: str | None = None, on_ready: Any = None) -> None:
+    """Start engines, then the router; return after Ctrl-C/SIGTERM with everything stopped.
+
+    A KeyboardInterrupt escapes only when the stop came while engines were still starting."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    console.print(describe(plan.members))
+    fleet = Fleet(plan.members, logs_dir, registry=plan.registry if plan.source is None else None)
+    # SIGTERM = Ctrl-C for the whole run, so `kill PID` stops the engines too.
+    with sigterm_as_interrupt():
+        try:
+            fleet.start(timeout=ready_timeout)
+            _serve(plan, console, log_level, router_id, on_ready)
+        finally:
+            console.print("stopping engines…")
+            fleet.stop()
+            if plan.registry is not None:
+                plan.registry.close()
+            console.print("fleet stopped")
+
+
+def _serve(plan: UpPlan, console: Any, log_level: str, router_id: str | None, on_ready: Any) -> None:
+    import uvicorn
+
+    from router.app import create_app
+    from router.config import RouterConfig
+
+    overrides = {"router_id": router_id} if router_id else {}
+    config = RouterConfig(host=plan.router_host, port=plan.router_port,
+                          registry_url=plan.registry_url, **overrides)
+    app = create_app(config, source=plan.source)
+    server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level=log_level,
+                                           timeout_graceful_shutdown=5))
+    base = f"http://{config.host}:{config.port}"
+    console.print(f"[green]router ready[/] on {base}/v1  ·  dashboard {base}/admin  ·  Ctrl-C stops everything")
+    if on_ready is not None:
+        on_ready(base)
+    try:
+        # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal: a normal stop.
+        server.run()
+    except KeyboardInterrupt:
+        pass

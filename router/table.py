@@ -1,0 +1,208 @@
+"""The routing table: pools of engine replicas built from the registry's active deployments.
+
+Deployments that share draft, languages and domain form one pool; each deployment URL is a replica.
+Sources are pluggable so that the app can be built before (or without) a registry: a source only has
+to return deployment-like objects (attributes of ``registry.DeploymentView``) and, optionally, store
+and return live stats.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+NO_DRAFT = "none"
+
+
+@dataclass(frozen=True)
+class Replica:
+    name: str  # deployment name, reported in X-Polyspec-Backend
+    url: str  # engine base URL, without /v1
+
+
+@dataclass
+class Pool:
+    draft: str
+    languages: tuple[str, ...]
+    domain: str
+    is_default: bool
+    offline_mal: dict[str, float]
+    replicas: list[Replica] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.draft}|{','.join(self.languages)}|{self.domain}"
+
+    def serves(self, language: str) -> bool:
+        return language in self.languages
+
+
+@dataclass
+class RoutingTable:
+    pools: list[Pool]
+    default_language: str
+    built_at: float = field(default_factory=time.time)
+
+    @property
+    def languages(self) -> set[str]:
+        served = {lang for pool in self.pools for lang in pool.languages}
+        return served | {self.default_language}
+
+    def pools_for(self, language: str, domain: str) -> list[Pool]:
+        return [p for p in self.pools if p.serves(language) and p.domain == domain]
+
+    def default_pools(self) -> list[Pool]:
+        marked = [p for p in self.pools if p.is_default]
+        if marked:
+            return marked
+        return self.pools_for(self.default_language, "general")
+
+    def replicas(self) -> list[Replica]:
+        seen: dict[str, Replica] = {}
+        for pool in self.pools:
+            for replica in pool.replicas:
+                seen.setdefault(replica.url, replica)
+        return list(seen.values())
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "pool": p.key,
+                "draft": p.draft,
+                "languages": list(p.languages),
+                "domain": p.domain,
+                "is_default": p.is_default,
+                "offline_mal": dict(p.offline_mal),
+                "replicas": [{"name": r.name, "url": r.url} for r in p.replicas],
+            }
+            for p in self.pools
+        ]
+
+
+@dataclass(frozen=True)
+class LiveRow:
+    """Additive live-acceptance counters for one (language, domain, draft)."""
+
+    language: str
+    domain: str
+    draft: str
+    requests: int = 0
+    completion_tokens: int = 0
+    num_spec_steps: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    accepted_per_pos: tuple[int, ...] = ()
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.language, self.domain, self.draft)
+
+
+class TableSource(Protocol):
+    """Where the router gets deployments and shares live stats (the registry in production)."""
+
+    def deployments(self) -> Sequence[Any]: ...
+
+    def live_stats(self) -> Sequence[LiveRow]: ...
+
+    def record_live_stats(self, router_id: str, rows: Sequence[LiveRow]) -> None: ...
+
+
+def _attr(obj: Any, name: str, default: Any = None) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+def _draft_name(obj: Any) -> str:
+    draft = _attr(obj, "draft")
+    if draft is None:
+        return NO_DRAFT
+    if isinstance(draft, str):
+        return draft
+    # A nested draft view: prefer "name:version" when a version is there.
+    name = _attr(draft, "name", str(draft))
+    version = _attr(draft, "version")
+    return f"{name}:{version}" if version is not None else str(name)
+
+
+def build_table(deployments: Iterable[Any], default_language: str) -> RoutingTable:
+    """Group deployments into pools. Deployments without a URL are not routable yet and are skipped."""
+    pools: dict[tuple[str, tuple[str, ...], str], Pool] = {}
+    for dep in deployments:
+        url = _attr(dep, "url")
+        if not url:
+            continue
+        languages = tuple(sorted(_attr(dep, "languages") or ()))
+        domain = _attr(dep, "domain") or "general"
+        draft = _draft_name(dep)
+        key = (draft, languages, domain)
+        pool = pools.get(key)
+        if pool is None:
+            offline = _attr(dep, "offline_mal") or {}
+            pool = Pool(draft, languages, domain, bool(_attr(dep, "is_default")), {k: float(v) for k, v in offline.items() if v is not None})
+            pools[key] = pool
+        pool.is_default = pool.is_default or bool(_attr(dep, "is_default"))
+        pool.replicas.append(Replica(name=str(_attr(dep, "name")), url=str(url).rstrip("/")))
+    return RoutingTable(pools=sorted(pools.values(), key=lambda p: p.key), default_language=default_language)
+
+
+class RegistrySource:
+    """The production source: ``registry.open_registry(url)``; opened lazily, reopened after errors."""
+
+    def __init__(self, url: str | None = None) -> None:
+        self._url = url
+        self._registry: Any = None
+
+    def _reg(self) -> Any:
+        if self._registry is None:
+            from registry import open_registry
+
+            self._registry = open_registry(self._url)
+        return self._registry
+
+    def _call(self, method: str, *args: Any) -> Any:
+        try:
+            return getattr(self._reg(), method)(*args)
+        except Exception:
+            self._registry = None  # reconnect next time (e.g. Postgres restarted)
+            raise
+
+    def deployments(self) -> Sequence[Any]:
+        return self._call("active_deployments")
+
+    def live_stats(self) -> Sequence[LiveRow]:
+        return [to_live_row(row) for row in self._call("live_stats")]
+
+    def record_live_stats(self, router_id: str, rows: Sequence[LiveRow]) -> None:
+        self._call("record_live_stats", router_id, [live_row_dict(r) for r in rows])
+
+
+def live_row_dict(row: LiveRow) -> dict[str, Any]:
+    return {
+        "language": row.language,
+        "domain": row.domain,
+        "draft_name": row.draft,
+        "requests": row.requests,
+        "completion_tokens": row.completion_tokens,
+        "num_spec_steps": row.num_spec_steps,
+        "num_draft_tokens": row.num_draft_tokens,
+        "num_accepted_tokens": row.num_accepted_tokens,
+        "accepted_per_pos": list(row.accepted_per_pos),
+    }
+
+
+def to_live_row(row: Any) -> LiveRow:
+    return LiveRow(
+        language=_attr(row, "language"),
+        domain=_attr(row, "domain") or "general",
+        draft=_attr(row, "draft_name") or _attr(row, "draft") or NO_DRAFT,
+        requests=int(_attr(row, "requests", 0) or 0),
+        completion_tokens=int(_attr(row, "completion_tokens", 0) or 0),
+        num_spec_steps=int(_attr(row, "num_spec_steps", 0) or 0),
+        num_draft_tokens=int(_attr(row, "num_draft_tokens", 0) or 0),
+        num_accepted_tokens=int(_attr(row, "num_accepted_tokens", 0) or 0),
+        accepted_per_pos=tuple(int(x) for x in (_attr(row, "accepted_per_pos") or ())),
+    )

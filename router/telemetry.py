@@ -1,0 +1,213 @@
+"""Live telemetry: per-request acceptance aggregates, Prometheus metrics and the dashboard snapshot.
+
+Acceptance comes from vLLM's per-request ``metrics.speculative_decoding`` (engines run with
+``--per-request-spec-decode-metrics summary``). ``acceptance_histogram[j]`` counts verify steps that
+accepted exactly j drafts, so steps accepting at least i drafts = sum(h[i:]) -- the same quantity as
+vLLM's ``spec_decode_num_accepted_tokens_per_pos_total{position=i-1}``.
+
+Aggregates are kept twice: cumulative (for the dashboard) and as pending deltas that are flushed to
+the registry (``record_live_stats`` adds them), so several routers and restarts lose nothing.
+This module is torch-free: the admin dashboard imports it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter as PCounter, Gauge, Histogram
+
+from router.table import LiveRow
+
+CONFIDENCE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
+LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+@dataclass
+class Agg:
+    requests: int = 0
+    completion_tokens: int = 0
+    num_spec_steps: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    accepted_per_pos: list[int] = field(default_factory=list)
+
+    def add(self, spec: Mapping[str, Any] | None, completion_tokens: int) -> None:
+        self.requests += 1
+        self.completion_tokens += completion_tokens
+        if not spec:
+            return
+        hist = [int(x) for x in spec.get("acceptance_histogram") or []]
+        self.num_spec_steps += int(spec.get("num_spec_steps", sum(hist)))
+        self.num_draft_tokens += int(spec.get("num_draft_tokens", 0))
+        self.num_accepted_tokens += int(spec.get("num_accepted_draft_tokens", sum(j * c for j, c in enumerate(hist))))
+        per_pos = [sum(hist[i:]) for i in range(1, len(hist))]
+        if len(per_pos) > len(self.accepted_per_pos):
+            self.accepted_per_pos += [0] * (len(per_pos) - len(self.accepted_per_pos))
+        for i, n in enumerate(per_pos):
+            self.accepted_per_pos[i] += n
+
+    def row(self, key: tuple[str, str, str]) -> LiveRow:
+        return LiveRow(*key, self.requests, self.completion_tokens, self.num_spec_steps,
+                       self.num_draft_tokens, self.num_accepted_tokens, tuple(self.accepted_per_pos))
+
+
+def acceptance_summary(row: LiveRow) -> dict[str, Any]:
+    """P(>= i accepted) per position and the mean acceptance length (1 + sum), as the registry stores them."""
+    steps = row.num_spec_steps
+    acceptance = [n / steps for n in row.accepted_per_pos] if steps else []
+    return {
+        "language": row.language,
+        "domain": row.domain,
+        "draft": row.draft,
+        "requests": row.requests,
+        "completion_tokens": row.completion_tokens,
+        "num_spec_steps": steps,
+        "num_draft_tokens": row.num_draft_tokens,
+        "num_accepted_tokens": row.num_accepted_tokens,
+        "accepted_per_pos": list(row.accepted_per_pos),
+        "acceptance": acceptance,
+        "mean_acceptance_length": (1.0 + row.num_accepted_tokens / steps) if steps else None,
+    }
+
+
+def merge_rows(*groups: Iterable[LiveRow]) -> dict[tuple[str, str, str], LiveRow]:
+    out: dict[tuple[str, str, str], LiveRow] = {}
+    for rows in groups:
+        for row in rows:
+            old = out.get(row.key)
+            if old is None:
+                out[row.key] = row
+                continue
+            n = max(len(old.accepted_per_pos), len(row.accepted_per_pos))
+            pos = [
+                (old.accepted_per_pos[i] if i < len(old.accepted_per_pos) else 0)
+                + (row.accepted_per_pos[i] if i < len(row.accepted_per_pos) else 0)
+                for i in range(n)
+            ]
+            out[row.key] = replace(
+                old,
+                requests=old.requests + row.requests,
+                completion_tokens=old.completion_tokens + row.completion_tokens,
+                num_spec_steps=old.num_spec_steps + row.num_spec_steps,
+                num_draft_tokens=old.num_draft_tokens + row.num_draft_tokens,
+                num_accepted_tokens=old.num_accepted_tokens + row.num_accepted_tokens,
+                accepted_per_pos=tuple(pos),
+            )
+    return out
+
+
+class Metrics:
+    """Prometheus metrics on a registry of their own (one per app, so tests can build several)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        lab = ["language", "domain", "draft"]
+        self.requests = PCounter("polyspec_requests", "Requests by outcome.",
+                                 ["endpoint", "language", "domain", "backend", "status"], registry=r)
+        self.confidence = Histogram("polyspec_langid_confidence", "fastText langid confidence of routed prompts.",
+                                    buckets=CONFIDENCE_BUCKETS, registry=r)
+        self.latency = Histogram("polyspec_request_latency_seconds", "Request latency through the router.",
+                                 ["endpoint", "stream"], buckets=LATENCY_BUCKETS, registry=r)
+        self.ttfb = Histogram("polyspec_time_to_first_byte_seconds", "Time to the first upstream body byte.",
+                              ["endpoint", "stream"], buckets=LATENCY_BUCKETS, registry=r)
+        self.spec_steps = PCounter("polyspec_spec_steps", "Speculative verify steps.", lab, registry=r)
+        self.draft_tokens = PCounter("polyspec_spec_draft_tokens", "Proposed draft tokens.", lab, registry=r)
+        self.accepted = PCounter("polyspec_spec_accepted_tokens", "Accepted draft tokens.", lab, registry=r)
+        self.accepted_pos = PCounter("polyspec_spec_accepted_per_position",
+                                     "Verify steps accepting at least position+1 drafts.", lab + ["position"], registry=r)
+        self.completion_tokens = PCounter("polyspec_completion_tokens", "Generated tokens.", lab, registry=r)
+        self.upstream_errors = PCounter("polyspec_upstream_errors", "Failed upstream attempts.",
+                                        ["backend", "reason"], registry=r)
+        self.backend_up = Gauge("polyspec_backend_up", "1 when the replica is marked healthy.", ["backend"], registry=r)
+        self.in_flight = Gauge("polyspec_backend_in_flight", "Requests in flight per replica.", ["backend"], registry=r)
+
+
+class Telemetry:
+    def __init__(self, router_id: str) -> None:
+        self.router_id = router_id
+        self.started_at = time.time()
+        self.metrics = Metrics()
+        self.cumulative: dict[tuple[str, str, str], Agg] = {}
+        self.pending: dict[tuple[str, str, str], Agg] = {}
+        self.shared: dict[tuple[str, str, str], LiveRow] = {}  # all routers, from the registry
+        self.traffic: Counter[tuple[str, str]] = Counter()
+        self.statuses: Counter[str] = Counter()
+        self.confidence_counts = [0] * len(CONFIDENCE_BUCKETS)
+        self.flushed_at: float | None = None
+
+    def observe_decision(self, language: str, domain: str, confidence: float, source: str) -> None:
+        self.traffic[(language, domain)] += 1
+        if source in ("langid", "fallback"):
+            self.metrics.confidence.observe(confidence)
+            for i, upper in enumerate(CONFIDENCE_BUCKETS):
+                if confidence <= upper:
+                    self.confidence_counts[i] += 1
+                    break
+
+    def observe_result(self, endpoint: str, language: str, domain: str, backend: str, status: str) -> None:
+        self.statuses[status] += 1
+        self.metrics.requests.labels(endpoint, language, domain, backend, status).inc()
+
+    def observe_acceptance(self, key: tuple[str, str, str], spec: Mapping[str, Any] | None, completion_tokens: int) -> None:
+        for store in (self.cumulative, self.pending):
+            store.setdefault(key, Agg()).add(spec, completion_tokens)
+        m = self.metrics
+        m.completion_tokens.labels(*key).inc(completion_tokens)
+        if not spec:
+            return
+        probe = Agg()
+        probe.add(spec, 0)
+        m.spec_steps.labels(*key).inc(probe.num_spec_steps)
+        m.draft_tokens.labels(*key).inc(probe.num_draft_tokens)
+        m.accepted.labels(*key).inc(probe.num_accepted_tokens)
+        for pos, n in enumerate(probe.accepted_per_pos):
+            m.accepted_pos.labels(*key, str(pos)).inc(n)
+
+    def take_pending(self) -> list[LiveRow]:
+        rows = [agg.row(key) for key, agg in self.pending.items()]
+        self.pending = {}
+        return rows
+
+    def restore_pending(self, rows: list[LiveRow]) -> None:
+        """A flush failed: put its deltas back so the next flush carries them."""
+        merged = merge_rows(rows, (agg.row(k) for k, agg in self.pending.items()))
+        self.pending = {}
+        for key, row in merged.items():
+            self.pending[key] = Agg(row.requests, row.completion_tokens, row.num_spec_steps,
+                                    row.num_draft_tokens, row.num_accepted_tokens, list(row.accepted_per_pos))
+
+    def live_lookup(self) -> dict[tuple[str, str, str], LiveRow]:
+        """What the policy blends: the registry's totals (all routers) plus this router's unflushed deltas."""
+        return merge_rows(self.shared.values(), (agg.row(k) for k, agg in self.pending.items()))
+
+    def local_rows(self) -> list[LiveRow]:
+        return [agg.row(key) for key, agg in sorted(self.cumulative.items())]
+
+    def snapshot_dict(self, table: Any, backends: Any) -> dict[str, Any]:
+        total = sum(self.traffic.values())
+        return {
+            "router_id": self.router_id,
+            "started_at": self.started_at,
+            "flushed_at": self.flushed_at,
+            "aggregates": [acceptance_summary(r) for r in self.local_rows()],
+            "shared_aggregates": [acceptance_summary(r) for _, r in sorted(self.live_lookup().items())],
+            "traffic": [
+                {"language": lang, "domain": dom, "requests": n, "share": n / total if total else 0.0}
+                for (lang, dom), n in self.traffic.most_common()
+            ],
+            "statuses": dict(self.statuses),
+            "langid_confidence": {"buckets": list(CONFIDENCE_BUCKETS), "counts": list(self.confidence_counts)},
+            "backends": backends.describe() if backends is not None else [],
+            "routing_table": table.describe() if table is not None else [],
+        }
+
+
+def snapshot(app_or_runtime: Any) -> dict[str, Any]:
+    """The dashboard's view of a running router (pass the FastAPI app or its RouterRuntime)."""
+    runtime = getattr(getattr(app_or_runtime, "state", None), "runtime", app_or_runtime)
+    return runtime.snapshot()

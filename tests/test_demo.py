@@ -1,0 +1,63 @@
+"""The demo: held-out split, acceptance bookkeeping, and (integration) a full run over registered drafts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from polyspec.demo import HELD_OUT, LangStats, demo_prompts, heldout_turns
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("lang", ["en", "fr"])
+def test_demo_traffic_is_held_out_of_training(lang, tmp_path):
+    train = [json.loads(line)["prompt"] for line in demo_prompts(lang, tmp_path, limit=1000).read_text().splitlines()]
+    held = heldout_turns(lang, HELD_OUT)
+    assert len(train) == 2 * (80 - HELD_OUT) and len(held) == HELD_OUT == 16
+    assert not set(train) & set(held)
+    # The pipeline's MT-Bench evaluation with a limit of HELD_OUT takes exactly the held-out questions.
+    from training.evaluate import load_mtbench
+
+    assert [p.text for p in load_mtbench([lang], limit=HELD_OUT)[lang]] == held
+    assert len(demo_prompts(lang, tmp_path, limit=50).read_text().splitlines()) == 50
+
+
+def test_lang_stats_follow_vllm_definitions():
+    s = LangStats()
+    s.add({"acceptance_histogram": [2, 3, 3, 2]}, 40)  # 10 steps: >=1: 8, >=2: 5, >=3: 2; accepted 15
+    s.add({"acceptance_histogram": [5, 3, 1, 1]}, 20)  # 10 steps: >=1: 5, >=2: 2, >=3: 1; accepted 8
+    s.add(None, 7)  # a response without speculative figures still counts as a request
+    assert (s.requests, s.completion_tokens, s.steps, s.accepted) == (3, 67, 20, 23)
+    assert s.per_pos == [13, 7, 3]
+    assert s.mal == pytest.approx(1 + 23 / 20)
+
+
+@pytest.mark.integration
+def test_demo_routes_both_languages_over_registered_drafts(verifier, base_draft_dir, registry_url, tmp_path):
+    """With active en and fr drafts in the registry the demo trains nothing: it deploys, serves, routes and stops."""
+    from registry import open_registry
+
+    with open_registry(registry_url) as reg:
+        name = reg.ensure_verifier().name
+        for lang in ("en", "fr"):
+            reg.import_draft(base_draft_dir, verifier=name, name=f"base-{lang}", languages=[lang], status="active")
+    env = {**os.environ, "POLYSPEC_ADMIN_TOKEN": "", "CI": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "polyspec.demo", "--questions", "1", "--max-tokens", "16", "--port", "8790",
+         "--base-port", "8791"], cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "no active" not in out  # nothing trained
+    assert "→ demo-en" in out and "→ demo-fr" in out  # each language routed to its own engine
+    assert "Acceptance per language" in out
+    assert "fleet stopped" in out
+    with open_registry(registry_url) as reg:
+        deps = {d.name: d for d in reg.active_deployments()}
+    assert set(deps) == {"demo-en", "demo-fr"} and deps["demo-en"].is_default
+    assert all(d.url is None for d in deps.values())  # launched URLs removed on stop

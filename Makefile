@@ -9,7 +9,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.polyspec-installed
 LOCK_SHA := $(shell sha256sum requirements.lock pyproject.toml | sha256sum | cut -c1-16)
 
-.PHONY: setup deps verifier browser test test-fast clean-venv
+.PHONY: setup deps verifier browser test test-fast demo clean-venv
 
 setup: deps verifier
 
@@ -41,6 +41,11 @@ test: setup browser
 test-fast: setup
 	POLYSPEC_SKIP_INTEGRATION=1 $(VENV)/bin/pytest -q
 
+
+# Trains (only if no promoted drafts exist), deploys and serves an English and a French draft, routes
+# MT-Bench turns through the router and prints the decisions and a per-language acceptance table.
+demo: setup
+	$(VENV)/bin/polyspec demo
 
 clean-venv:
 	rm -rf $(VENV)

@@ -70,7 +70,9 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
-        return JSONResponse(error_body(str(exc.detail), kind, None, code), status_code=exc.status_code)
+        # Keep the exception's headers: a 401 must still carry WWW-Authenticate.
+        return JSONResponse(error_body(str(exc.detail), kind, None, code), status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
 
 
 def _install_routes(app: FastAPI, runtime: RouterRuntime) -> None:

@@ -34,7 +34,8 @@ def serve(
         raise typer.Exit(2) from None
     app = create_app(config)
     typer.echo(f"polyspec router {config.router_id} on http://{config.host}:{config.port}", err=True)
-    uvicorn.run(app, host=config.host, port=config.port, log_level=log_level, timeout_graceful_shutdown=5)
+    uvicorn.run(app, host=config.host, port=config.port, log_level=log_level, timeout_graceful_shutdown=5,
+                timeout_keep_alive=config.keep_alive_s)
 
 
 def langid(

@@ -28,9 +28,15 @@ class RouterConfig(BaseSettings):
 
     # Language identification.
     language_threshold: float = Field(
-        default=0.5, ge=0.0, le=1.0, description="Below this langid confidence a prompt goes to the default pool."
+        default=0.4, ge=0.0, le=1.0,
+        description="Below this langid confidence a prompt goes to the default pool (0.4: chosen in docs/benchmarks.md).",
     )
     langid_max_chars: int = Field(default=500, ge=16, description="Prompt characters given to langid.")
+    keep_alive_s: float = Field(
+        default=75.0, gt=0,
+        description="Idle keep-alive of client connections; longer than common client pools' idle expiry, "
+        "so the server never closes a connection a client is about to reuse (bench/router_overhead.py).",
+    )
 
     # Policy: live acceptance replaces offline evaluations as live evidence accumulates.
     prior_spec_steps: int = Field(

@@ -78,7 +78,7 @@ def make_app(registry_url: str, **overrides):
     from router.app import create_app
     from router.config import RouterConfig
 
-    config = RouterConfig(registry_url=registry_url, router_id="test-router", fail_threshold=1,
+    config = RouterConfig(registry_url=registry_url, router_id="test-router", fail_threshold=1, language_threshold=0.5,
                           health_interval_s=3600, refresh_interval_s=3600, flush_interval_s=3600, **overrides)
     return create_app(config)
 
@@ -122,7 +122,9 @@ def test_token_is_required_when_configured(admin_registry, with_token):
     app = make_app(admin_registry)
     # With a token configured even loopback clients must present it.
     with TestClient(app, client=LOOPBACK) as c:
-        assert c.get("/admin/api/summary").status_code == 401
+        missing = c.get("/admin/api/summary")
+        assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
+        assert missing.json()["error"]["message"] == "admin token required"
         assert c.get("/admin/api/summary", headers={"Authorization": "Bearer wrong"}).status_code == 401
         ok = c.get("/admin/api/summary", headers={"Authorization": f"Bearer {with_token}"})
         assert ok.status_code == 200 and ok.json()["router_id"] == "test-router"

@@ -1,0 +1,128 @@
+"""Shared helpers of the benchmark scripts: data loading, the peer venv, ports, atomic JSON output.
+
+Benchmarks may read the shared data pack (``../shared/data``); the product never does.
+Peers (lingua, py3langid, LiteLLM, vllm-router) live in a separate venv, ``.venv-bench``
+(see ``bench/setup_peers.sh``), so they can never change the product's pinned packages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("POLYSPEC_SHARED_DATA", ROOT.parent / "shared" / "data"))
+OUT_DIR = ROOT / "docs" / "benchmarks"
+BENCH_VENV = ROOT / ".venv-bench"
+BENCH_PY = BENCH_VENV / "bin" / "python"
+
+TRAIN_LANGS = ["en", "fr", "de", "es", "it", "pt", "ru", "zh", "ja", "ar", "hi", "th"]
+MTBENCH_LANGS = ["en", "de", "es", "fr", "it", "ja", "zh", "ru", "ko"]
+
+
+class BenchError(RuntimeError):
+    """A benchmark cannot run (missing data, missing peer venv, a server that never came up)."""
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        raise BenchError(f"data file not found: {path} (set POLYSPEC_SHARED_DATA to the shared data pack)")
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def train_prompts(lang: str, limit: int, seed: int = 0) -> list[str]:
+    """Up to ``limit`` training prompts of one language, a seeded sample across all its sources."""
+    rows = read_jsonl(DATA / "train" / f"{lang}.jsonl")
+    rng = random.Random(f"{seed}-{lang}")
+    rng.shuffle(rows)
+    return [r["prompt"] for r in rows[:limit]]
+
+
+def mtbench_turns(lang: str, limit: int | None = None, turn: int | None = None) -> list[str]:
+    """MT-Bench user turns of one language (both turns unless ``turn`` is 0 or 1), in file order."""
+    rows = read_jsonl(DATA / "eval" / "mtbench" / f"{lang}.jsonl")
+    turns = [t for r in rows for i, t in enumerate(r["turns"]) if turn is None or i == turn]
+    return turns[:limit] if limit is not None else turns
+
+
+def machine_info() -> dict[str, Any]:
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+            "load_avg_1m_at_start": round(load[0], 2),
+            "note": "2 cores shared with other jobs of the session; compare ratios within one run, not absolute times"}
+
+
+def write_json(name: str, payload: dict[str, Any]) -> Path:
+    """Atomic write of ``docs/benchmarks/<name>`` (temp file, then rename)."""
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    target = OUT_DIR / name
+    fd, tmp = tempfile.mkstemp(dir=OUT_DIR, prefix=f".{name}.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(payload, f, ensure_ascii=False, indent=1, sort_keys=False)
+        f.write("\n")
+    os.chmod(tmp, 0o644)  # mkstemp creates 0600
+    os.replace(tmp, target)
+    return target
+
+
+def require_bench_venv(module: str | None = None) -> Path:
+    """The peer venv's python; a clear error when it (or ``module`` inside it) is missing."""
+    if not BENCH_PY.exists():
+        raise BenchError(f"{BENCH_VENV} is missing: run `bash bench/setup_peers.sh` first")
+    if module is not None:
+        probe = subprocess.run([str(BENCH_PY), "-c", f"import {module}"], capture_output=True, text=True)
+        if probe.returncode != 0:
+            raise BenchError(f"{module} is not installed in {BENCH_VENV}: run `bash bench/setup_peers.sh`")
+    return BENCH_PY
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None, headers: dict | None = None) -> None:
+    """Poll ``url`` until it answers 2xx; fail fast when ``proc`` died."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    last: str = ""
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise BenchError(f"server for {url} exited with code {proc.returncode}")
+        try:
+            r = httpx.get(url, timeout=2.0, headers=headers)
+            if r.status_code < 300:
+                return
+            last = f"HTTP {r.status_code}"
+        except httpx.HTTPError as exc:
+            last = type(exc).__name__
+        time.sleep(0.25)
+    raise BenchError(f"{url} not ready after {timeout:.0f}s ({last})")
+
+
+def stop_process(proc: subprocess.Popen | None, timeout: float = 10.0) -> None:
+    """Terminate one process we started (by its pid), then kill it if it lingers."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=timeout)
+
+
+def python_here() -> str:
+    return sys.executable

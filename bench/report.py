@@ -1,0 +1,66 @@
+"""Markdown tables for docs/benchmarks.md from the JSON results (so the doc quotes measured numbers).
+
+    .venv/bin/python bench/report.py router_overhead.json
+    .venv/bin/python bench/report.py load.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+OUT = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
+SYSTEMS = ["direct", "polyspec", "litellm", "vllm_router"]
+
+
+def overhead_md(d: dict[str, Any]) -> str:
+    lines = []
+    for mode in ("non-stream", "stream"):
+        lines += [f"**{mode}**", "",
+                  "| conc | system | p50 ms | p99 ms | +p50 vs direct | +p99 vs direct | TTFB p50 ms | req/s | router CPU ms/req | RSS MiB | errors |",
+                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for conc, by in d["concurrency"].items():
+            base = by["direct"] if mode == "non-stream" else by["direct"]["stream"]
+            for name in SYSTEMS:
+                if name not in by:
+                    continue
+                s = by[name] if mode == "non-stream" else by[name]["stream"]
+                lines.append(f"| {conc} | {name} | {s['p50_ms']:.2f} | {s['p99_ms']:.2f} | {s['p50_ms'] - base['p50_ms']:+.2f} | "
+                             f"{s['p99_ms'] - base['p99_ms']:+.2f} | {s['ttfb_p50_ms']:.2f} | {s['rps']:.0f} | "
+                             f"{s.get('cpu_ms_per_req', '–')} | {s.get('rss_mb', '–')} | {s['errors']} |")
+        lines.append("")
+    lines += ["Targets (reported, not asserted): `" + json.dumps(d["targets"]) + "`", ""]
+    prof = d.get("profile")
+    if prof:
+        lines += [f"Profile of polyspec at concurrency {prof['concurrency']} (half streamed), {prof['samples']} samples, "
+                  f"{prof['tool']}:", "", "| component (inclusive) | share |", "|---|---:|"]
+        lines += [f"| {r['function']} | {100 * r['share']:.1f}% |" for r in prof.get("components", [])]
+        lines += ["", "| top self time | share |", "|---|---:|"]
+        lines += [f"| `{r['function']}` | {100 * r['share']:.1f}% |" for r in prof["self"][:12]]
+    return "\n".join(lines)
+
+
+def load_md(d: dict[str, Any]) -> str:
+    c, r = d["client"], d["reconciliation"]
+    rows = [("concurrency", d["concurrency"]), ("requests sent (client)", c["requests"]), ("answered ok", c["ok"]),
+            ("errors (client, by kind)", f"{c['errors']} {c['error_kinds'] or ''}"),
+            ("router `polyspec_requests_total` delta", f"{r['router_total']:.0f} {r['router_by_status']}"),
+            ("reconciled (client = router)", r["reconciled"]), ("req/s", c["rps"]),
+            ("latency p50 / p99 ms", f"{c['latency_ms']['p50']:.0f} / {c['latency_ms']['p99']:.0f}"),
+            ("TTFB p50 / p99 ms", f"{c['ttfb_ms']['p50']:.0f} / {c['ttfb_ms']['p99']:.0f}"),
+            ("router RSS first / last sample MiB", f"{d['rss_mb'][0][1]:.1f} / {d['rss_mb'][-1][1]:.1f}"),
+            ("RSS slope MiB/min (after first 20%)", f"{d['rss_slope_mb_per_min']:+.2f}"),
+            ("by language (router)", ", ".join(f"{k} {v:.0f}" for k, v in sorted(r["router_by_language"].items())))]
+    return "\n".join(["| measure | value |", "|---|---:|"] + [f"| {k} | {v} |" for k, v in rows])
+
+
+def main() -> None:
+    name = sys.argv[1]
+    d = json.loads((OUT / name).read_text())
+    print({"router_overhead": overhead_md, "load": load_md}[d["benchmark"]](d))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,247 @@
+"""Router overhead: polyspec vs a direct call, the LiteLLM proxy and vllm-router, side by side in one run.
+
+One fake OpenAI backend (bench/fake_openai.py: fixed 16-token answers, no delay) is shared by all
+systems, so what differs is the routers' own cost. polyspec runs `polyspec serve` with language
+identification on (a registry with one default deployment at the backend, serving 9 languages; the
+prompts are MT-Bench turns of those languages). Clients: bench/loadgen.py (httpx, uvloop) in its own
+process. On this 2-core machine the router under test is pinned to core 0 and the backend and the load
+generator to core 1 (taskset), so every router gets the same single core and the client never steals it.
+
+Per system and concurrency (1, 16, 64, 256), non-streamed and streamed: p50/p99 latency, time to first
+byte (streams), requests/s, router CPU per request (psutil cpu_times delta / requests) and RSS.
+Each load run is bounded by a request count and a deadline. Then polyspec is profiled under load with
+py-spy (from .venv-bench) and the hottest functions are listed.
+
+    flock /tmp/polyspec-heavy.lock .venv/bin/python bench/router_overhead.py
+    .venv/bin/python bench/router_overhead.py --quick
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import psutil  # noqa: E402
+import typer  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from bench import profiling  # noqa: E402
+from bench.common import BenchError, machine_info, mtbench_turns, write_json  # noqa: E402
+from bench.servers import (  # noqa: E402
+    SERVED_LANGUAGES, Server, make_registry, start_backend, start_litellm, start_polyspec, start_vllm_router,
+)
+
+ROUTER_CPU, CLIENT_CPU = "0", "1"
+SYSTEMS = ["direct", "polyspec", "litellm", "vllm_router"]
+console = Console(width=150)
+
+
+def request_bodies(per_lang: int) -> list[dict[str, Any]]:
+    """Chat requests on MT-Bench first turns, languages interleaved (fr, de, ..., en, fr, ...)."""
+    per = {lang: mtbench_turns(lang, per_lang, turn=0) for lang in SERVED_LANGUAGES}
+    bodies = []
+    for i in range(per_lang):
+        for lang in SERVED_LANGUAGES:
+            if i < len(per[lang]):
+                bodies.append({"model": "polyspec", "messages": [{"role": "user", "content": per[lang][i]}],
+                               "max_tokens": 16, "temperature": 0})
+    return bodies
+
+
+def cpu_seconds(pid: int) -> float:
+    proc = psutil.Process(pid)
+    procs = [proc, *proc.children(recursive=True)]
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def rss_mb(pid: int) -> float:
+    proc = psutil.Process(pid)
+    total = 0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            total += p.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return round(total / 2**20, 1)
+
+
+def run_loadgen(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False, encoding="utf-8") as f:
+        json.dump(spec, f, ensure_ascii=False)
+        path = f.name
+    try:
+        cmd = ["taskset", "-c", CLIENT_CPU, sys.executable, str(Path(__file__).parent / "loadgen.py"), path]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    finally:
+        Path(path).unlink(missing_ok=True)
+    if proc.returncode != 0:
+        raise BenchError(f"loadgen failed: {proc.stderr.strip()[-800:]}")
+    return json.loads(proc.stdout)
+
+
+def measure(server: Server | None, url: str, headers: dict[str, str], bodies: list[dict], conc: int, stream: bool,
+            requests: int, max_seconds: float) -> dict[str, Any]:
+    spec = {"url": f"{url}/v1/chat/completions", "bodies": [{**b, "stream": stream} for b in bodies],
+            "concurrency": conc, "requests": requests, "max_seconds": max_seconds, "stream": stream,
+            "warmup": min(2 * conc, 128), "headers": headers, "timeout_s": 60}
+    cpu0 = cpu_seconds(server.pid) if server else 0.0
+    res = run_loadgen(spec, timeout=max_seconds + 240)
+    cpu1 = cpu_seconds(server.pid) if server else 0.0
+    warm_and_measured = res["requests"] + spec["warmup"]
+    out = {"p50_ms": res["latency_ms"]["p50"], "p99_ms": res["latency_ms"]["p99"], "rps": res["rps"],
+           "ttfb_p50_ms": res["ttfb_ms"]["p50"], "ttfb_p99_ms": res["ttfb_ms"]["p99"],
+           "requests": res["requests"], "errors": res["errors"], "error_kinds": res["error_kinds"]}
+    if server is not None:
+        out["cpu_ms_per_req"] = round(1000 * (cpu1 - cpu0) / max(1, warm_and_measured), 3)
+        out["rss_mb"] = rss_mb(server.pid)
+    return out
+
+
+def overhead_rows(conc_result: dict[str, Any]) -> dict[str, Any]:
+    direct = conc_result["direct"]
+    rows = {}
+    for name in SYSTEMS[1:]:
+        s = conc_result.get(name)
+        if s:
+            rows[name] = {"p50_overhead_ms": round(s["p50_ms"] - direct["p50_ms"], 3),
+                          "p99_overhead_ms": round(s["p99_ms"] - direct["p99_ms"], 3)}
+    return rows
+
+
+def print_table(results: dict[str, Any], mode: str) -> None:
+    table = Table(title=f"Router overhead ({mode}); fake backend; ratios within this run matter, not absolutes")
+    for col in ("conc", "system", "p50 ms", "p99 ms", "+p50 ms", "+p99 ms", "ttfb p50", "req/s", "CPU ms/req",
+                "RSS MB", "errors"):
+        table.add_column(col, justify="right" if col not in ("system",) else "left", no_wrap=True)
+    for conc, by_sys in results.items():
+        direct = by_sys["direct"] if mode == "non-stream" else by_sys["direct"]["stream"]
+        for name in SYSTEMS:
+            if name not in by_sys:
+                continue
+            s = by_sys[name] if mode == "non-stream" else by_sys[name]["stream"]
+            table.add_row(conc, name, f"{s['p50_ms']:.2f}", f"{s['p99_ms']:.2f}",
+                          f"{s['p50_ms'] - direct['p50_ms']:+.2f}", f"{s['p99_ms'] - direct['p99_ms']:+.2f}",
+                          f"{s['ttfb_p50_ms']:.2f}", f"{s['rps']:.0f}", str(s.get("cpu_ms_per_req", "-")),
+                          str(s.get("rss_mb", "-")), str(s["errors"]))
+        table.add_section()
+    console.print(table)
+
+
+def targets(results: dict[str, Any]) -> dict[str, Any]:
+    c = results.get("64") or results[max(results, key=int)]
+    out: dict[str, Any] = {"at_concurrency": 64 if "64" in results else int(max(results, key=int))}
+    if "polyspec" in c:
+        over = overhead_rows(c)["polyspec"]
+        out["polyspec_p50_overhead_ms"] = over["p50_overhead_ms"]
+        out["polyspec_p99_overhead_ms"] = over["p99_overhead_ms"]
+        out["p50_within_1ms"] = over["p50_overhead_ms"] <= 1.0
+        out["p99_within_5ms"] = over["p99_overhead_ms"] <= 5.0
+    if "polyspec" in c and "litellm" in c:
+        best = {n: max(float(results[k][n]["rps"]) for k in results if n in results[k]) for n in ("polyspec", "litellm")}
+        out["saturation_rps"] = best
+        out["throughput_vs_litellm"] = round(best["polyspec"] / max(best["litellm"], 1e-9), 2)
+        out["throughput_3x_litellm"] = out["throughput_vs_litellm"] >= 3.0
+    if "polyspec" in c and "vllm_router" in c:
+        rows = overhead_rows(c)
+        vr = max(rows["vllm_router"]["p50_overhead_ms"], 1e-3)
+        out["p50_overhead_vs_vllm_router"] = round(rows["polyspec"]["p50_overhead_ms"] / vr, 2)
+        out["within_1_5x_vllm_router"] = out["p50_overhead_vs_vllm_router"] <= 1.5
+        out["cpu_per_req_vs_vllm_router"] = round(c["polyspec"]["cpu_ms_per_req"] / max(c["vllm_router"]["cpu_ms_per_req"], 1e-6), 2)
+    return out
+
+
+def start_all(workdir: Path, systems: list[str]) -> dict[str, Server]:
+    servers: dict[str, Server] = {}
+    servers["backend"] = start_backend(workdir, CLIENT_CPU)
+    backend = servers["backend"].url
+    if "polyspec" in systems:
+        reg = make_registry(workdir, [("bench", backend, SERVED_LANGUAGES, True)])
+        servers["polyspec"] = start_polyspec(workdir, reg, ROUTER_CPU)
+    if "litellm" in systems:
+        servers["litellm"] = start_litellm(workdir, backend, ROUTER_CPU)
+    if "vllm_router" in systems:
+        servers["vllm_router"] = start_vllm_router(workdir, backend, ROUTER_CPU)
+    return servers
+
+
+def run_matrix(servers: dict[str, Server], systems: list[str], concs: list[int], bodies: list[dict],
+               requests_per_conc: int, max_seconds: float) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    for ci, conc in enumerate(concs):
+        by_sys: dict[str, Any] = {}
+        order = systems[ci % len(systems):] + systems[: ci % len(systems)]  # rotate: no system always first
+        for name in order:
+            server = servers.get(name) if name != "direct" else None
+            url = servers["backend"].url if name == "direct" else servers[name].url
+            headers = servers[name].headers if server else {}
+            n = max(requests_per_conc, 8 * conc)
+            console.print(f"c={conc:>3} {name:<12} non-stream / stream ...")
+            by_sys[name] = measure(server, url, headers, bodies, conc, False, n, max_seconds)
+            by_sys[name]["stream"] = measure(server, url, headers, bodies, conc, True, n, max_seconds)
+        results[str(conc)] = {n: by_sys[n] for n in systems}
+    return results
+
+
+def main(
+    quick: bool = typer.Option(False, "--quick", help="Smoke run: concurrency 1 and 16, few requests."),
+    systems: str = typer.Option(",".join(SYSTEMS), help="Comma-separated subset of direct,polyspec,litellm,vllm_router."),
+    max_seconds: float = typer.Option(12.0, help="Time bound of each load run (seconds)."),
+    requests: int = typer.Option(1500, help="Count bound of each load run (at least 8 x concurrency)."),
+    profile: bool = typer.Option(True, "--profile/--no-profile", help="py-spy profile of polyspec at concurrency 64."),
+) -> None:
+    """Measure the routers' latency, throughput, CPU and memory over one shared fake backend."""
+    chosen = [s.strip() for s in systems.split(",") if s.strip()]
+    if "direct" not in chosen or any(s not in SYSTEMS for s in chosen):
+        console.print(f"[red]error:[/] systems must include direct and be among {SYSTEMS}")
+        raise typer.Exit(2)
+    concs = [1, 16] if quick else [1, 16, 64, 256]
+    bodies = request_bodies(10 if quick else 40)
+    if quick:
+        max_seconds, requests = min(max_seconds, 4.0), min(requests, 200)
+    servers: dict[str, Server] = {}
+    with tempfile.TemporaryDirectory(prefix="polyspec-bench-") as tmp:
+        try:
+            servers = start_all(Path(tmp), chosen)
+            results = run_matrix(servers, chosen, concs, bodies, requests, max_seconds)
+            prof = None
+            if profile and "polyspec" in servers:
+                prof = profiling.profile_under_load(servers["polyspec"], bodies, run_loadgen, CLIENT_CPU,
+                                                    seconds=6 if quick else 15)
+        except BenchError as exc:
+            console.print(f"[red]error:[/] {exc}")
+            raise typer.Exit(1) from None
+        finally:
+            for s in servers.values():
+                s.stop()
+    print_table(results, "non-stream")
+    print_table({c: {n: v for n, v in r.items()} for c, r in results.items()}, "stream")
+    summary = targets(results)
+    console.print_json(data=summary)
+    if prof:
+        profiling.print_hotspots(prof, console)
+    payload = {"benchmark": "router_overhead", "quick": quick, "machine": machine_info(),
+               "setup": {"backend": "bench/fake_openai.py, 16-token answers, no delay", "router_cpu": ROUTER_CPU,
+                         "client_and_backend_cpu": CLIENT_CPU, "client": "bench/loadgen.py (httpx + uvloop)",
+                         "prompts": f"MT-Bench first turns, {len(bodies)} bodies in {len(SERVED_LANGUAGES)} languages",
+                         "max_seconds_per_run": max_seconds, "requests_per_run": requests},
+               "concurrency": results, "targets": summary, "profile": prof}
+    path = write_json("router_overhead_quick.json" if quick else "router_overhead.json", payload)
+    console.print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    typer.run(main)

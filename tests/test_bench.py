@@ -1,0 +1,100 @@
+"""Smoke tests of the benchmark scripts' pure functions (no servers, no timing)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from bench.fake_openai import FakeOpenAI
+from bench.langid import choose_threshold, cut_words, threshold_sweep
+from bench.load import reconcile, slope_mb_per_min
+from bench.loadgen import check_local, classify_stream_end, percentiles
+from bench.profiling import frame_key, parse_collapsed
+
+
+def test_cut_words_spaces_and_character_chunks() -> None:
+    assert cut_words("one two  three four", 2, "en") == "one two"
+    assert cut_words("one two", 5, "fr") == "one two"
+    assert cut_words("我们 今天去公园散步", 2, "zh") == "我们今天"  # 2 words = 4 characters, spaces ignored
+    assert cut_words("สวัสดีครับ", 1, "th") == "สวัสดีครับ"[:4]
+    assert cut_words("keep me whole", None, "en") == "keep me whole"
+
+
+def test_threshold_sweep_counts_fallbacks_and_misroutes() -> None:
+    truth = ["fr", "fr", "en", "ru"]
+    preds = ["fr", "es", "en", "zh"]
+    confs = [0.9, 0.3, 0.6, 0.1]
+    rows = {r["threshold"]: r for r in threshold_sweep(truth, preds, confs)}
+    assert rows[0.0]["fallback_rate"] == 0 and rows[0.0]["misrouted_rate"] == 0.5
+    assert rows[0.0]["cross_script_misrouted_rate"] == 0.25  # ru -> zh; fr -> es stays Latin
+    assert rows[0.5]["fallback_rate"] == 0.5 and rows[0.5]["routed_accuracy"] == 1.0
+    assert rows[0.95]["routed_accuracy"] == 1.0 and rows[0.95]["fallback_rate"] == 1.0
+
+
+def test_choose_threshold_trades_misroutes_for_fallbacks() -> None:
+    truth = ["fr"] * 4
+    preds = ["fr", "fr", "es", "es"]
+    confs = [0.9, 0.8, 0.3, 0.35]
+    sweep = threshold_sweep(truth, preds, confs)
+    assert choose_threshold(sweep, misroute_cost=2.0) == 0.4  # first threshold above both misroutes
+    assert choose_threshold(sweep, misroute_cost=0.0) == 0.0  # misroutes free: route everything
+
+
+def test_percentiles_nearest_rank() -> None:
+    p = percentiles([float(i) for i in range(1, 101)])
+    assert (p["p50"], p["p90"], p["p99"], p["max"], p["n"]) == (50.0, 90.0, 99.0, 100.0, 100)
+    assert percentiles([])["n"] == 0
+
+
+def test_stream_end_classification() -> None:
+    assert classify_stream_end(b'data: {"choices": []}\n\ndata: [DONE]\n\n') == "ok"
+    assert classify_stream_end(b'data: {"choices": []}\n\n') == "truncated_stream"
+    assert classify_stream_end(b'data: {"error": {"message": "x"}}\n\ndata: [DONE]\n\n') == "sse_error"
+
+
+def test_loadgen_refuses_remote_targets() -> None:
+    check_local("http://127.0.0.1:8000/v1/chat/completions")
+    with pytest.raises(SystemExit):
+        check_local("http://example.com/v1/chat/completions")
+
+
+def test_slope_and_reconcile() -> None:
+    assert slope_mb_per_min([(0.0, 100.0), (60.0, 101.0), (120.0, 102.0)]) == pytest.approx(1.0)
+    assert slope_mb_per_min([(0.0, 5.0)]) == 0.0
+    client = {"requests": 10, "ok": 9, "errors": 1, "error_kinds": {"http_502": 1}}
+    before = {"status:ok": 5.0, "lang:fr": 5.0}
+    good = reconcile(client, before, {"status:ok": 14.0, "status:upstream_failed": 1.0, "lang:fr": 15.0})
+    assert good["reconciled"] and good["router_by_language"] == {"fr": 10.0}
+    lost = reconcile(client, before, {"status:ok": 14.0, "lang:fr": 14.0})
+    assert not lost["reconciled"]
+
+
+def test_collapsed_stack_parsing() -> None:
+    assert frame_key("detect (/work/main/models/langid.py:97)") == "detect (models/langid.py)"
+    text = ("process 1;run (uvicorn/server.py:1);forward (/work/main/router/proxy.py:10);detect "
+            "(/work/main/models/langid.py:97) 3\nprocess 1;run (uvicorn/server.py:1) 1\n")
+    prof = parse_collapsed(text)
+    assert prof["samples"] == 4
+    assert prof["self"][0] == {"function": "detect (models/langid.py)", "samples": 3, "share": 0.75}
+    comps = {c["function"]: c["samples"] for c in prof["components"]}
+    assert comps["langid total (models/langid.py)"] == 3 and comps["router proxy (router/proxy.py)"] == 3
+
+
+def test_fake_backend_streams_like_vllm() -> None:
+    async def go() -> tuple[dict, list[str]]:
+        transport = httpx.ASGITransport(app=FakeOpenAI(tokens=3))
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            full = (await client.post("/v1/chat/completions", json={"messages": [], "max_tokens": 2})).json()
+            body = {"messages": [], "stream": True, "stream_options": {"include_usage": True}}
+            text = (await client.post("/v1/chat/completions", json=body)).text
+        return full, [e for e in text.split("\n\n") if e]
+
+    full, events = asyncio.run(go())
+    assert full["usage"]["completion_tokens"] == 2 and "speculative_decoding" in full["metrics"]
+    chunks = [json.loads(e[6:]) for e in events[:-1]]
+    assert events[-1] == "data: [DONE]"
+    assert [c["choices"][0]["finish_reason"] for c in chunks[:3]] == [None, None, "length"]
+    assert chunks[3]["choices"] == [] and chunks[3]["usage"]["completion_tokens"] == 3

@@ -112,17 +112,26 @@ def _console() -> Any:
 
 
 # --- step 2: drafts ---------------------------------------------------------------------------------
-def ensure_drafts(reg: Any, verifier: Any, console: Any, *, prompts_per_language: int) -> dict[str, str]:
-    """An active draft per demo language ('name@version'), trained here when the registry has none.
+def ensure_drafts(reg: Any, verifier: Any, console: Any, *, prompts_per_language: int,
+                  use_shipped: bool = True) -> dict[str, str]:
+    """An active draft per demo language ('name@version').
 
-    English is trained from scratch (English top-token vocabulary); French is fine-tuned from the
-    English draft, the founding recipe in small."""
+    In order: an active draft already in the registry; the draft shipped in models/drafts/ for that
+    language (trained on the H200, imported with its recorded evaluations and put through the
+    promotion gate); otherwise one trained here on CPU (English from scratch, French fine-tuned from it,
+    the founding recipe in small)."""
+    from models.shipped import shipped_for_language
+
     refs: dict[str, str] = {}
     for lang in LANGUAGES:
         active = reg.drafts(verifier=verifier.name, language=lang, status="active")
         if active:
             refs[lang] = active[-1].ref
             console.print(f"[green]✓[/] active {lang} draft in the registry: {refs[lang]}")
+            continue
+        shipped = shipped_for_language(verifier.name, lang) if use_shipped else None
+        if shipped is not None:
+            refs[lang] = install_shipped(reg, shipped, console)
             continue
         console.print(f"[yellow]•[/] no active {lang} draft for {verifier.name}: training one on CPU")
         started = time.monotonic()
@@ -132,6 +141,25 @@ def ensure_drafts(reg: Any, verifier: Any, console: Any, *, prompts_per_language
         promote_for_demo(reg, ref, console)
         refs[lang] = ref
     return refs
+
+
+def install_shipped(reg: Any, shipped: Any, console: Any) -> str:
+    """Import a shipped draft (checksums verified) with its evaluations, then promote it through the gate."""
+    shipped.verify()
+    known = [d for d in reg.drafts(verifier=shipped.verifier) if d.name == shipped.name
+             and d.checksums == shipped.checksums]
+    if known:
+        ref = known[-1].ref
+    else:
+        parent = next((d.ref for d in reg.drafts(verifier=shipped.verifier) if d.name == shipped.parent), None)
+        record = reg.import_draft(shipped.path, verifier=shipped.verifier, name=shipped.name,
+                                  languages=shipped.languages, parent=parent, provenance=shipped.provenance)
+        ref = record.ref
+        for row in shipped.evaluations:
+            reg.add_evaluation(ref, **row)
+    console.print(f"[green]✓[/] shipped draft {ref} imported (sha256 verified, {len(shipped.evaluations)} evaluations)")
+    promote_for_demo(reg, ref, console)
+    return ref
 
 
 def promote_for_demo(reg: Any, ref: str, console: Any) -> None:
@@ -252,10 +280,11 @@ def demo(
     questions: int = typer.Option(4, min=1, max=HELD_OUT, help="Held-out MT-Bench questions per language."),
     max_tokens: int = typer.Option(64, min=1, help="max_tokens of each demo request."),
     prompts_per_language: int = typer.Option(150, min=20, help="Training prompts per language when a draft is trained."),
+    train: bool = typer.Option(False, "--train", help="Train the drafts on CPU even where a shipped draft exists."),
     port: int = typer.Option(8000, help="Router port."),
     base_port: int = typer.Option(8101, help="First engine port."),
 ) -> None:
-    """Train (if needed), deploy and serve an English and a French draft; route MT-Bench turns through them."""
+    """Deploy and serve an English and a French draft (shipped ones, or trained here); route MT-Bench turns."""
     from models.verifiers import prepare_verifier
     from polyspec.settings import get_settings
     from registry import open_registry
@@ -268,7 +297,8 @@ def demo(
         verifier = prepare_verifier(get_settings().default_verifier)
         with open_registry() as reg:
             reg.ensure_verifier(verifier.name)
-            refs = ensure_drafts(reg, verifier, console, prompts_per_language=prompts_per_language)
+            refs = ensure_drafts(reg, verifier, console, prompts_per_language=prompts_per_language,
+                                 use_shipped=not train)
             ensure_deployments(reg, refs, console, base_port)
         console.print(f"drafts ready after {time.monotonic() - started:.0f} s; starting the fleet")
         results: dict[str, Any] = {}

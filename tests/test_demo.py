@@ -39,25 +39,29 @@ def test_lang_stats_follow_vllm_definitions():
 
 
 @pytest.mark.integration
-def test_demo_routes_both_languages_over_registered_drafts(verifier, base_draft_dir, registry_url, tmp_path):
-    """With active en and fr drafts in the registry the demo trains nothing: it deploys, serves, routes and stops."""
+def test_demo_serves_the_shipped_drafts_from_an_empty_registry(verifier, registry_url, tmp_path):
+    """`make demo`'s path: an empty registry gets the shipped drafts (checksummed, gated), two real engines
+    load them, each language reaches its own engine, and French traffic shows real acceptance."""
     from registry import open_registry
 
-    with open_registry(registry_url) as reg:
-        name = reg.ensure_verifier().name
-        for lang in ("en", "fr"):
-            reg.import_draft(base_draft_dir, verifier=name, name=f"base-{lang}", languages=[lang], status="active")
     env = {**os.environ, "POLYSPEC_ADMIN_TOKEN": "", "CI": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "polyspec.demo", "--questions", "1", "--max-tokens", "16", "--port", "8790",
+        [sys.executable, "-m", "polyspec.demo", "--questions", "2", "--max-tokens", "32", "--port", "8790",
          "--base-port", "8791"], cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert "no active" not in out  # nothing trained
+    assert "shipped draft smollm2-135m-instruct-en@1 imported" in out
+    assert "shipped draft smollm2-135m-instruct-fr@1 imported" in out
     assert "→ demo-en" in out and "→ demo-fr" in out  # each language routed to its own engine
     assert "Acceptance per language" in out
     assert "fleet stopped" in out
     with open_registry(registry_url) as reg:
         deps = {d.name: d for d in reg.active_deployments()}
+        live = {row.language: row for row in reg.live_stats()}
+        fr_gate = [e for e in reg.events() if e.kind.startswith("promot") and "instruct-fr" in e.subject]
     assert set(deps) == {"demo-en", "demo-fr"} and deps["demo-en"].is_default
+    assert deps["demo-fr"].draft == "smollm2-135m-instruct-fr@1"
     assert all(d.url is None for d in deps.values())  # launched URLs removed on stop
+    assert fr_gate and not any("forced" in e.kind for e in fr_gate)  # the French draft passed the gate
+    assert live["fr"].num_accepted_tokens > 0  # a trained draft: the engine accepted French drafts

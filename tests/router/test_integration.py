@@ -25,17 +25,14 @@ FR_TEXT = "Pouvez-vous m'expliquer en deux phrases pourquoi le ciel est bleu pen
 
 
 @pytest.fixture(scope="session")
-def engines(verifier, base_draft_dir, tmp_path_factory):
-    """Two engines, each with its own real draft; 1 unpinned OpenMP thread each (2-core machine)."""
-    from models.draft_build import create_draft
+def engines(verifier, tmp_path_factory):
+    """Two engines with the shipped English base and French drafts (trained, so acceptance is non-zero and
+    the telemetry comparison is not vacuous); 1 unpinned OpenMP thread each (2-core machine)."""
+    from models.shipped import shipped_for_language
     from models.vllm_engine import EngineSpec, VllmEngine
-    from models.vocab_ref import english_top_token_ids
 
     root = tmp_path_factory.mktemp("router-engines")
-    # Routing does not need trained drafts: a second untrained one (other seed) tells the pools apart.
-    fr_draft = create_draft(verifier.path, root / "fr-draft", t2d_token_ids=english_top_token_ids(verifier.path, n=8192),
-                            num_layers=1, seed=1)
-    specs = {"en": base_draft_dir, "fr": fr_draft}
+    specs = {lang: shipped_for_language(verifier.name, lang).path for lang in ("en", "fr")}
     running: dict[str, tuple[VllmEngine, Path]] = {}
     try:
         for lang, draft in specs.items():
@@ -148,6 +145,7 @@ def test_router_telemetry_matches_engine_counters(deployed, registry, registry_u
         assert engine.num_draft_tokens == row["num_draft_tokens"]
         assert engine.num_accepted_tokens == row["num_accepted_tokens"]
         assert engine.accepted_per_pos == row["accepted_per_pos"]
+        assert row["accepted_per_pos"][0] > 0  # trained drafts: something was accepted at position 1
     print("telemetry agreement:", {k: (vars(e), r["num_spec_steps"], r["accepted_per_pos"]) for k, (e, r) in figures.items()})
     from prometheus_client.parser import text_string_to_metric_families
 

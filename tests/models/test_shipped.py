@@ -1,0 +1,51 @@
+"""The drafts shipped in models/drafts/: small, checksummed, valid for the bundled verifier."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from models.drafts import inspect_draft
+from models.shipped import MANIFEST, ShippedDraftError, shipped_drafts, shipped_for_language
+
+
+def test_manifest_lists_english_base_and_french_finetune():
+    drafts = {d.name: d for d in shipped_drafts("smollm2-135m-instruct")}
+    assert set(drafts) >= {"smollm2-135m-instruct-en", "smollm2-135m-instruct-fr"}
+    fr = shipped_for_language("smollm2-135m-instruct", "fr")
+    assert fr is not None and fr.parent == "smollm2-135m-instruct-en" and fr.role == "finetuned"
+    assert shipped_for_language("smollm2-135m-instruct", "xx") is None
+
+
+@pytest.mark.parametrize("draft", shipped_drafts(), ids=lambda d: d.name)
+def test_shipped_draft_is_small_checksummed_and_valid(draft, verifier):
+    draft.verify()
+    size = sum(p.stat().st_size for p in draft.path.iterdir())
+    assert size <= 25 * 1024 * 1024, f"{draft.name} is {size} bytes"
+    info = inspect_draft(draft.path, verifier)
+    assert not info.has_embed_tokens  # vLLM shares the verifier's embeddings
+    assert info.target_vocab_size == verifier.vocab_size and info.k == 3
+    by_lang = {e["language"]: e for e in draft.evaluations}
+    assert set(by_lang) >= {"en", "fr"}
+    for e in draft.evaluations:
+        assert abs(e["mean_acceptance_length"] - (1 + sum(e["acceptance"]))) < 1e-6
+
+
+def test_french_finetune_beats_english_base_on_french():
+    en = shipped_for_language("smollm2-135m-instruct", "en")
+    fr = shipped_for_language("smollm2-135m-instruct", "fr")
+    mal = lambda d, lang: next(e["mean_acceptance_length"] for e in d.evaluations if e["language"] == lang)  # noqa: E731
+    assert mal(fr, "fr") > mal(en, "fr")
+
+
+def test_damaged_shipped_draft_is_refused(tmp_path):
+    root = tmp_path / "drafts"
+    shutil.copytree(MANIFEST.parent, root)
+    draft = shipped_drafts(manifest=root / "manifest.json")[0]
+    with open(draft.path / "config.json", "a", encoding="utf-8") as fh:
+        fh.write(" ")
+    with pytest.raises(ShippedDraftError, match="config.json"):
+        draft.verify()
+    assert json.loads((root / "manifest.json").read_text())["drafts"]

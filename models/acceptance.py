@@ -116,6 +116,28 @@ def crop_cache(cache: Any, length: int) -> None:
         cache.crop(-extra)
 
 
+def draft_layers(draft: Eagle3DraftModel, x: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None,
+                 cache: Any = None) -> torch.Tensor:
+    """The draft's decoder layers over ``x`` [1, q, 2H] at position ids ``pos`` [1, q]."""
+    emb = draft.rotary_emb(x, pos)
+    for layer in draft.layers:
+        x = layer(x, attention_mask=mask, position_ids=pos, past_key_values=cache,
+                  cache_position=pos[0], position_embeddings=emb)
+    return x
+
+
+def fc_aux(draft: Eagle3DraftModel, aux: torch.Tensor) -> torch.Tensor:
+    """The draft's projection of verifier aux states [q, n_aux, H] to [q, H]."""
+    import torch
+
+    flat = aux.flatten(-2)  # [..., n_aux, H] -> [..., n_aux * H]
+    if draft.input_norm is not None:
+        flat = draft.input_norm(flat)
+    if draft.fc_norm is not None:
+        flat = torch.cat([n(c) for n, c in zip(draft.fc_norm, flat.chunk(len(draft.fc_norm), dim=-1), strict=True)], -1)
+    return draft.fc(flat)
+
+
 class _DraftChain:
     """The draft's side of one sequence: its KV cache and the verified states it has not consumed yet."""
 
@@ -126,17 +148,6 @@ class _DraftChain:
         self.cache = DynamicCache()
         self.consumed = 0  # verified positions whose true entries are in the cache
         self.pending: list[torch.Tensor] = []  # aux states [q, n_aux, H] of positions consumed.. n-1
-
-    def _fc(self, aux: torch.Tensor) -> torch.Tensor:
-        d = self.draft
-        flat = aux.reshape(aux.shape[0], -1)
-        if d.input_norm is not None:
-            flat = d.input_norm(flat)
-        if d.fc_norm is not None:
-            import torch
-
-            flat = torch.cat([n(c) for n, c in zip(d.fc_norm, flat.chunk(len(d.fc_norm), dim=-1), strict=True)], -1)
-        return d.fc(flat)
 
     def _forward(self, token_ids: torch.Tensor, hidden: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Draft layers over q new positions from ``start``: (logits of the last, state of the last)."""
@@ -149,11 +160,7 @@ class _DraftChain:
         if q > 1:  # explicit causal mask: sdpa's is_causal would align it to the wrong corner with a cache
             kv = torch.arange(start + q, device=x.device)
             mask = (kv.unsqueeze(0) <= pos[0].unsqueeze(1))[None, None]
-        emb = d.rotary_emb(x, pos)
-        for layer in d.layers:
-            x = layer(x, attention_mask=mask, position_ids=pos, past_key_values=self.cache,
-                      cache_position=pos[0], position_embeddings=emb)
-        x = x[0, -1:]
+        x = draft_layers(d, x, pos, mask, self.cache)[0, -1:]
         if d.config.norm_output:
             x = d.norm(x)
             return d.lm_head(x)[0], x
@@ -171,7 +178,7 @@ class _DraftChain:
         device = self.draft.fc.weight.device
         aux = torch.cat(self.pending, dim=0)
         nxt = torch.tensor(tokens[self.consumed + 1 : n + 1], device=device)
-        logits, hidden = self._forward(nxt, self._fc(aux), self.consumed)
+        logits, hidden = self._forward(nxt, fc_aux(self.draft, aux), self.consumed)
         self.consumed, self.pending = n, []
         drafts = [self._to_target(logits)]
         for j in range(1, self.k):

@@ -97,24 +97,9 @@ class AnswerWriter:
 
 
 def _generate_batch(model: Any, tokenizer: Any, prompts: list[list[int]], cfg: AnswersConfig) -> list[list[int]]:
-    import torch
+    from models.generation import generate_greedy
 
-    width = max(len(p) for p in prompts)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, p in enumerate(prompts):  # left padding: every prompt ends where generation starts
-        ids[row, width - len(p):] = torch.tensor(p)
-        mask[row, width - len(p):] = 1
-    device = next(model.parameters()).device
-    sample = cfg.temperature > 0
-    with torch.inference_mode():
-        out = model.generate(
-            input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=cfg.max_new_tokens,
-            do_sample=sample, temperature=cfg.temperature if sample else None, top_p=None, top_k=None,
-            pad_token_id=pad,
-        )
-    return [row[width:].tolist() for row in out.cpu()]
+    return generate_greedy(model, tokenizer, prompts, cfg.max_new_tokens, cfg.temperature)
 
 
 def answer_with_transformers(

@@ -78,12 +78,23 @@ def _open_or_create(**knobs: Any) -> Any:
     from training.pipeline import start_run
     from training.runs import Run
 
-    resume = knobs.pop("resume")
+    resume, reuse_from = knobs.pop("resume"), knobs.pop("reuse_from", None)
     if resume and not knobs.get("run_id"):
         raise typer.BadParameter("--resume needs --run-id")
     saved = Run.open(knobs["run_id"]).config if resume else None
     config = knobs_to_config(knobs, saved)
-    return start_run(config, resume=resume)
+    source = Run.open(reuse_from) if reuse_from else None  # before creating: a bad name leaves nothing behind
+    run = start_run(config, resume=resume)
+    if source is not None:
+        from training.runs import reuse_stages
+
+        shared: list[str] = []
+        for stage in ("prompts", "answers", "hidden-states"):  # the done prefix of the data stages
+            if not source.is_done(stage):
+                break
+            shared.append(stage)
+        typer.echo(f"reusing {', '.join(reuse_stages(run, source, shared)) or 'nothing'} of run {source.run_id}")
+    return run
 
 
 @_guard

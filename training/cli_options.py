@@ -36,6 +36,8 @@ def knob_signature_source(
     mode: Optional[str] = typer.Option(None, help="finetune | from-scratch | from-scratch-custom-vocab."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Name of the run (default: LANG-MODE-TIMESTAMP)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run named by --run-id."),
+    reuse_from: Optional[str] = typer.Option(None, "--reuse-from", help="Share the prompts, answers and hidden "
+                                             "states of this earlier run (its data knobs must be equal)."),
     config: Optional[Path] = typer.Option(None, "--config", help="A run.json to start from (flags override)."),
     verifier: Optional[str] = typer.Option(None, help="Verifier alias, directory or HF id."),
     domain: Optional[str] = typer.Option(None, help="Keep one domain: code, math, medical, ..."),

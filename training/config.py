@@ -87,6 +87,7 @@ class FitConfig(_Strict):
     num_layers: int = Field(default=1, ge=1, description="Draft decoder layers (from-scratch modes).")
     loss_fn: str = "kl_div"
     attn_impl: Literal["sdpa", "eager", "simple_flex_attention"] = "sdpa"
+    keep_checkpoints: int = Field(default=2, ge=1, description="End-of-epoch checkpoints kept (all: a learning curve).")
 
 
 class EvalConfig(_Strict):

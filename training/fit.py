@@ -163,7 +163,7 @@ def train_step(model: Any, batch: dict[str, Any], opt: Any, sched: Any, cfg: Fit
 
 
 def run_fit(out_dir: Path, data_dir: Path, init_draft: Path, verifier_path: Path, cfg: FitConfig, seed: int,
-            device: str, keep_checkpoints: int = 2) -> dict[str, Any]:
+            device: str) -> dict[str, Any]:
     import torch
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
     from speculators.losses import resolve_loss_config
@@ -193,7 +193,7 @@ def run_fit(out_dir: Path, data_dir: Path, init_draft: Path, verifier_path: Path
                 log.flush()
                 step += 1
                 progress.update(task, advance=1, description=f"fit epoch {epoch + 1}/{cfg.epochs}", loss=metrics["loss"])
-            save_checkpoint(out_dir, epoch, step, model, opt, sched, keep_checkpoints)
+            save_checkpoint(out_dir, epoch, step, model, opt, sched, cfg.keep_checkpoints)
     save_draft(model.eval(), out_dir / "draft")
     from training.plots import plot_metrics
 

@@ -28,6 +28,9 @@ from training.runs import atomic_write_json, console
 _PUNCT_SPACE = re.compile(r"[\W_]+", re.UNICODE)
 
 
+MULTILINGUAL = "mul"  # ISO 639-2 code for "multiple languages"
+
+
 def dedup_key(text: str) -> str:
     """NFKC + casefold, whitespace and punctuation dropped: the data pack's own de-duplication key."""
     return _PUNCT_SPACE.sub("", unicodedata.normalize("NFKC", text).casefold())
@@ -103,7 +106,10 @@ def _dedupe(records: list[dict[str, Any]], seen: set[str]) -> list[dict[str, Any
 
 def _filter(records: list[dict[str, Any]], language: str, cfg: PromptsConfig) -> list[dict[str, Any]]:
     found = Counter(r["lang"] for r in records)
-    kept = [r for r in records if r["lang"] == language and r["lang_confidence"] >= cfg.min_langid_confidence]
+    if language == MULTILINGUAL:  # a domain draft serves every language: keep them all
+        kept = list(records)
+    else:
+        kept = [r for r in records if r["lang"] == language and r["lang_confidence"] >= cfg.min_langid_confidence]
     if not kept:
         langs = ", ".join(f"{lang} ({n})" for lang, n in found.most_common(8))
         raise NoPromptsForLanguage(

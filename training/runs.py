@@ -260,3 +260,42 @@ def run_stage(
 def redo(run: Run, stage: str) -> None:
     """Forget a stage's result; later stages then see changed inputs and redo themselves as well."""
     shutil.rmtree(run.stage_dir(stage), ignore_errors=True)
+
+
+# The knobs each reusable stage's output depends on (cumulative: a stage also needs the earlier ones).
+_STAGE_KNOBS = {"prompts": ("language", "seed", "prompts"), "answers": ("verifier", "answers"), "hidden-states": ("hidden",)}
+
+
+def reuse_stages(run: Run, source: Run, stages: Iterable[str] = ("prompts", "answers", "hidden-states")) -> list[str]:
+    """Copy done stages of ``source`` into ``run`` (hard links, so no extra disk) when every knob that
+    shaped them is equal: a from-scratch and a fine-tune run then share one set of answers.
+
+    Returns the stages reused; raises RunConfigMismatch naming the first differing knob.
+    """
+    wanted = [s for s in STAGES if s in set(stages)]
+    if wanted != list(STAGES[: len(wanted)]):
+        raise ValueError(f"reuse needs a prefix of {STAGES[:3]}, got {wanted}")
+    a, b = source.config.model_dump(mode="json"), run.config.model_dump(mode="json")
+    reused = []
+    for stage in wanted:
+        if stage not in _STAGE_KNOBS:
+            raise ValueError(f"stage {stage!r} cannot be reused (its output depends on the draft)")
+        diffs = [d for knob in _STAGE_KNOBS[stage] for d in _diff(a.get(knob), b.get(knob), f"{knob}.")]
+        if diffs:
+            raise RunConfigMismatch(f"cannot reuse {stage!r} of run {source.run_id!r}: {diffs[0]}")
+        src = source.require(stage)
+        dst = run.stage_dir(stage)
+        if run.is_done(stage):
+            reused.append(stage)
+            continue
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(src, dst, copy_function=_link_or_copy)
+        reused.append(stage)
+    return reused
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)

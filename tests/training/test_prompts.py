@@ -108,3 +108,14 @@ def test_replay_mixes_other_language_prompts(fr_prompts: Path, en_prompts: Path,
     assert all(r["lang"] == "fr" for r in read_jsonl(tmp_path / "heldout.jsonl"))
     assert ReplaySpec.parse("/a/b.jsonl") == ReplaySpec(path=Path("/a/b.jsonl"), ratio=1.0)
     assert json.loads(ReplaySpec.parse("x.jsonl:2").model_dump_json())["ratio"] == 2.0
+
+
+def test_multilingual_domain_run_keeps_every_language(shared_data: Path, tmp_path: Path) -> None:
+    """language "mul" (ISO 639-2: multiple languages) makes a domain draft from all languages' prompts."""
+    rows = pack_rows(shared_data, "de", "code", 4) + pack_rows(shared_data, "fr", "code", 4) + pack_rows(
+        shared_data, "fr", "math", 3)
+    src = write_jsonl(tmp_path / "mixed.jsonl", rows)
+    stats = build_prompts(tmp_path / "out", "mul", PromptsConfig(files=[src], domain="code", heldout_fraction=0.0,
+                                                                 min_heldout=0), seed=0)
+    kept = read_jsonl(tmp_path / "out" / "train.jsonl")
+    assert len(kept) == 8 and {r["lang"] for r in kept} == {"de", "fr"} and stats["kept"] == 8

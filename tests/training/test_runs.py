@@ -119,3 +119,49 @@ def test_cli_errors_are_one_line(tmp_path: Path, fr_prompts: Path, verifier) -> 
     status = _cli("status", "p1", "--json", home=tmp_path)
     states = {s["stage"]: s["state"] for s in json.loads(status.stdout)["stages"]}
     assert states["prompts"] == "done" and states["answers"] == "pending"
+    shared = _cli("prompts", "fr", "--prompts", str(fr_prompts), "--run-id", "p2", "--verifier", str(verifier.path),
+                  "--mode", "from-scratch-custom-vocab", "--reuse-from", "p1", home=tmp_path)
+    assert shared.returncode == 0 and "reusing prompts of run p1" in shared.stdout, shared.stderr
+    ghost = _cli("prompts", "fr", "--prompts", str(fr_prompts), "--run-id", "p3", *common, "--reuse-from", "ghost",
+                 home=tmp_path)
+    assert ghost.returncode == 2 and "no run 'ghost'" in ghost.stderr and not (tmp_path / "runs" / "p3").exists()
+    differ = _cli("prompts", "fr", "--prompts", str(fr_prompts), "--run-id", "p4", *common, "--max-prompts", "5",
+                  "--reuse-from", "p1", home=tmp_path)
+    assert differ.returncode == 2 and "prompts.max_prompts" in differ.stderr
+
+
+def test_reuse_stages_shares_data_between_a_finetune_and_a_from_scratch_run(tmp_path: Path) -> None:
+    from training.runs import reuse_stages
+
+    src = tmp_path / "prompts.jsonl"
+    src.write_text('{"prompt": "Bonjour"}\n')
+    prompts = {"files": [str(src)]}
+    ft = Run.create(RunConfig(run_id="ft", language="fr", parent_draft="/nowhere", prompts=prompts), home=tmp_path)
+    calls = []
+
+    def body(out: Path) -> dict:
+        calls.append(out)
+        (out / "data.txt").write_text("answers")
+        return {"rows": 1}
+
+    for stage, inputs in (("prompts", [src]), ("answers", [ft.stage_dir("prompts") / MARKER])):
+        run_stage(ft, stage, body, inputs)
+    scratch = Run.create(RunConfig(run_id="scratch", language="fr", mode="from-scratch-custom-vocab", prompts=prompts,
+                                   fit={"epochs": 8, "lr": 5e-4}), home=tmp_path)
+    assert reuse_stages(scratch, ft, ("prompts", "answers")) == ["prompts", "answers"]
+    # the copied stages are verified and skipped, not recomputed: inputs inside a run are keyed relative to it
+    assert run_stage(scratch, "prompts", body, [src]) == {"rows": 1}
+    assert run_stage(scratch, "answers", body, [scratch.stage_dir("prompts") / MARKER]) == {"rows": 1}
+    assert len(calls) == 2
+    assert (scratch.stage_dir("answers") / "data.txt").stat().st_ino == (ft.stage_dir("answers") / "data.txt").stat().st_ino
+
+    other = Run.create(RunConfig(run_id="other", language="fr", parent_draft="/nowhere", prompts=prompts,
+                                 answers={"max_new_tokens": 64}), home=tmp_path)
+    with pytest.raises(RunConfigMismatch, match="answers.max_new_tokens"):
+        reuse_stages(other, ft, ("prompts", "answers"))
+    assert not other.is_done("answers") and other.is_done("prompts")  # the matching prefix was reused
+    with pytest.raises(StageMissing):
+        reuse_stages(Run.create(RunConfig(run_id="x", language="fr", parent_draft="/nowhere", prompts=prompts),
+                                home=tmp_path), ft, ("prompts", "answers", "hidden-states"))
+    with pytest.raises(ValueError, match="prefix"):
+        reuse_stages(scratch, ft, ("answers",))

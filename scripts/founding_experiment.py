@@ -1,0 +1,249 @@
+"""The founding experiment (issue 5), as run on the H200: every draft, then one evaluation of all of them.
+
+    python scripts/founding_experiment.py data DATA_DIR OUT_DIR      # split code prompts by problem
+    python scripts/founding_experiment.py train --runs fr-founding,fr-more --data DIR --base DRAFT
+    python scripts/founding_experiment.py evaluate --drafts NAME=DIR,... --out eval.json
+
+Each run is a `training.pipeline` run (prompts -> answers -> hidden states -> vocab -> fit) with the
+knobs below; runs marked ``reuse`` share the prompts, answers and hidden states of an earlier run
+(`training.runs.reuse_stages`), so a fine-tune and a from-scratch draft see identical data. Evaluation
+uses teacher-forced chain acceptance (models.acceptance_tf): the verifier's greedy answers to every
+MT-Bench turn in 9 languages and to held-out code problems are computed once, then each draft is
+measured on them (k=3, 256 new tokens; the 96-token figures come from the same walk, cut shorter).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+CODE_HELDOUT_FROM = 64  # HumanEval-XL problems 64..79 are held out in every language
+MTBENCH_LANGS = ["en", "fr", "de", "es", "it", "ru", "zh", "ja", "ko"]
+ANSWERS = {"max_new_tokens": 256, "batch_size": 512}
+HIDDEN = {"max_batch_tokens": 65536, "batch_size": 64}
+FOUNDING = {}  # RunConfig's FitConfig defaults are the founding recipe: 2 epochs, lr 6e-5, 120 warm-up steps
+IMPROVED = {"epochs": 4, "lr": 3e-4, "warmup_steps": 20}  # the recipe of the shipped French draft
+SCRATCH = {"epochs": 8, "lr": 5e-4, "warmup_steps": 40}  # the recipe of the shipped English base
+
+
+def _prompts(data: Path, files: list[str], n: int | None, replay: float | None = None, **extra: Any) -> dict:
+    out: dict[str, Any] = {"files": [str(data / f) for f in files], "max_prompts": n, "heldout_fraction": 0.02, **extra}
+    if replay:
+        out["replay"] = [{"path": str(data / "en.jsonl"), "ratio": replay}]
+    return out
+
+
+def run_specs(data: Path, base: Path) -> dict[str, dict[str, Any]]:
+    """name -> {config: RunConfig kwargs, reuse: run name or None}."""
+    ft = {"mode": "finetune", "parent_draft": str(base)}
+    specs: dict[str, dict[str, Any]] = {
+        "en-curve": {"language": "en", "mode": "from-scratch", "prompts": _prompts(data, ["en.jsonl", "en_sharegpt.jsonl"], 3000),
+                     "vocab": {"draft_vocab_size": 8192, "source": "data"}, "fit": {**SCRATCH, "epochs": 12, "keep_checkpoints": 12}},
+        "fr-founding": {"language": "fr", **ft, "prompts": _prompts(data, ["fr.jsonl"], 1200), "fit": FOUNDING},
+        "fr-more": {"language": "fr", **ft, "prompts": _prompts(data, ["fr.jsonl"], 2400, replay=0.5), "fit": IMPROVED},
+        "fr-more-8ep": {"language": "fr", **ft, "prompts": _prompts(data, ["fr.jsonl"], 2400, replay=0.5),
+                        "fit": {**IMPROVED, "epochs": 8}, "reuse": "fr-more"},
+    }
+    for lang in ("de", "es"):
+        specs[f"{lang}-founding"] = {"language": lang, **ft, "prompts": _prompts(data, [f"{lang}.jsonl"], 1200), "fit": FOUNDING}
+        specs[f"{lang}-replay"] = {"language": lang, **ft, "prompts": _prompts(data, [f"{lang}.jsonl"], 1200, replay=1.0),
+                                   "fit": IMPROVED}
+    for lang in ("ru", "zh", "ja"):
+        p = _prompts(data, [f"{lang}.jsonl"], 1200, replay=1.0)
+        specs[f"{lang}-ft"] = {"language": lang, **ft, "prompts": p, "fit": IMPROVED}
+        specs[f"{lang}-scratch"] = {"language": lang, "mode": "from-scratch-custom-vocab", "prompts": p,
+                                    "vocab": {"draft_vocab_size": 8192, "source": "data"}, "fit": SCRATCH,
+                                    "reuse": f"{lang}-ft"}
+    specs["code"] = {"language": "mul", **ft, "prompts": {**_prompts(data, ["code_train.jsonl"], None), "domain": "code",
+                                                         "heldout_fraction": 0.0, "min_heldout": 0},
+                     "fit": {**IMPROVED, "epochs": 6}}
+    return specs
+
+
+def split_code(src: Path, dst: Path) -> dict[str, int]:
+    """code_train.jsonl / code_heldout.jsonl from every language's HumanEval-XL prompts, split by problem."""
+    train, held = [], []
+    for path in sorted(src.glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").split("\n"):
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            if rec.get("domain") != "code":
+                continue
+            (held if int(rec["id"].rsplit("-", 1)[1]) >= CODE_HELDOUT_FROM else train).append(line)
+    dst.mkdir(parents=True, exist_ok=True)
+    (dst / "code_train.jsonl").write_text("\n".join(train) + "\n", encoding="utf-8")
+    (dst / "code_heldout.jsonl").write_text("\n".join(held) + "\n", encoding="utf-8")
+    return {"train": len(train), "heldout": len(held)}
+
+
+def train(names: list[str], data: Path, base: Path, home: Path, report: Path) -> None:
+    from training.config import RunConfig
+    from training.pipeline import run_pipeline, start_run
+    from training.runs import Run, reuse_stages
+
+    specs = run_specs(data, base)
+    for name in names:
+        spec = dict(specs[name])
+        reuse = spec.pop("reuse", None)
+        cfg = RunConfig(run_id=name, verifier=os.environ.get("FX_VERIFIER", "smollm2-135m-instruct"), seed=0,
+                        device="cuda", answers=ANSWERS, hidden=HIDDEN, registration={"enabled": False}, **spec)
+        run = start_run(cfg, home=home, resume=True)
+        if reuse:
+            reuse_stages(run, Run.open(reuse, home))
+        started = time.time()
+        run_pipeline(run, stages=["prompts", "answers", "hidden-states", "vocab", "fit"], home=home)
+        stages = {s: (run.marker(s) or {}).get("seconds") for s in ("prompts", "answers", "hidden-states", "vocab", "fit")}
+        summaries = {s: run.summary(s) for s in ("prompts", "answers", "fit")}
+        entry = {"seconds": round(time.time() - started, 1), "stages": stages, "summaries": summaries, "reused_from": reuse,
+                 "config": json.loads(cfg.model_dump_json())}
+        _merge_json(report, {name: entry})
+
+
+def _merge_json(path: Path, update: dict) -> None:
+    old = json.loads(path.read_text()) if path.exists() else {}
+    old.update(update)
+    path.write_text(json.dumps(old, indent=1, default=str))
+
+
+def _eval_groups(code_heldout: Path | None) -> dict[str, list[tuple[str, str]]]:
+    """group -> [(prompt id, text)]: every MT-Bench turn per language, and held-out code problems per language."""
+    from training.evaluate import load_mtbench
+
+    limit = int(os.environ["FX_LIMIT"]) if os.environ.get("FX_LIMIT") else None  # smoke runs on CPU
+    groups = {f"mt-{lang}": [(f"{p.id}-t{p.turn}", p.text) for p in items]
+              for lang, items in load_mtbench(MTBENCH_LANGS, turns=(1, 2), limit=limit).items()}
+    if code_heldout is not None:
+        for line in code_heldout.read_text(encoding="utf-8").split("\n"):
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            group = groups.setdefault(f"code-{rec['lang']}", [])
+            if limit is None or len(group) < limit:
+                group.append((rec["id"], rec["prompt"]))
+    return groups
+
+
+def evaluate(drafts: dict[str, Path], verifier_spec: str, code_heldout: Path | None, out: Path,
+             checkpoints: dict[str, Path] | None = None, wait_until: float = 0.0) -> None:
+    """Per-prompt histograms of every draft on every group, at 256 and 96 new tokens."""
+    import torch
+
+    from models.acceptance_tf import TeacherForcedAcceptance
+    from models.draft_build import load_draft
+    from models.hidden import load_verifier_model
+    from models.verifiers import resolve_verifier
+
+    verifier = resolve_verifier(verifier_spec)
+    device = os.environ.get("FX_DEVICE", "cuda")
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    model, tok = load_verifier_model(verifier.path, device=device, dtype=dtype)
+    first = load_draft(next(iter(drafts.values())), verifier.path)
+    tf = TeacherForcedAcceptance(model, tok, first.config.eagle_aux_hidden_state_layer_ids, k=3, max_new_tokens=256)
+    groups = _eval_groups(code_heldout)
+    t0 = time.time()
+    tf.add_groups({g: [text for _, text in items] for g, items in groups.items()}, batch_size=512, progress=True)
+    result: dict[str, Any] = {"trajectory_seconds": round(time.time() - t0, 1), "groups": {
+        g: {"ids": [i for i, _ in items], "mismatches": sum(t.mismatches for t in tf.groups[g]),
+            "tokens": sum(len(t.token_ids) - t.prompt_len for t in tf.groups[g]),
+            "answer_token_counts": _answer_counts(tf.groups[g])} for g, items in groups.items()},
+        "drafts": {}}
+    todo = {**drafts, **(checkpoints or {})}
+    for name, path in todo.items():
+        while not (path / "model.safetensors").exists() and path.name != "state.pt" and time.time() < wait_until:
+            time.sleep(5)  # a draft still training on the other GPU: its directory appears atomically when saved
+        t1 = time.time()
+        try:
+            per = _measure_all(tf, _load(path, verifier.path).to(device=device, dtype=dtype), name, groups)
+        except Exception as exc:  # noqa: BLE001 - one broken draft must not lose the others' figures
+            result["drafts"][name] = {"path": str(path), "error": repr(exc)}
+            print(f"{name}: FAILED {exc!r}", flush=True)
+            continue
+        result["drafts"][name] = {"path": str(path), "seconds": round(time.time() - t1, 1), "groups": per}
+        out.write_text(json.dumps(result))
+        print(f"{name}: {time.time() - t1:.1f}s", flush=True)
+    out.write_text(json.dumps(result))
+
+
+def _answer_counts(trajs: list[Any]) -> dict[int, int]:
+    """How often each token id occurs in the verifier's answers (for draft-vocabulary coverage)."""
+    from collections import Counter
+
+    return dict(Counter(tok for t in trajs for tok in t.token_ids[t.prompt_len :]))
+
+
+def _measure_all(tf: Any, draft: Any, name: str, groups: dict[str, Any]) -> dict[str, Any]:
+    per: dict[str, Any] = {}
+    for group in groups:
+        if name.startswith("ckpt:") and group not in ("mt-en", "mt-fr"):
+            continue
+        r256 = tf.measure(draft, group, batch_size=64)
+        per[group] = {"hist": [d.histogram for d in r256.details], "hist96": [_cut(d, 96) for d in r256.details]}
+    return per
+
+
+def _cut(detail: Any, budget: int) -> list[int]:
+    """The histogram of the first steps whose tokens fit a smaller budget (the walk is the same)."""
+    hist, produced = [0] * (len(detail.histogram)), 1
+    for _, _, a in detail.steps:
+        if produced >= budget:
+            break
+        hist[a] += 1
+        produced += a + 1
+    return hist
+
+
+def _load(path: Path, verifier_path: Path) -> Any:
+    """A saved draft dir, or an end-of-epoch checkpoint (state.pt) applied to its run's initial draft."""
+    import torch
+
+    from models.draft_build import load_draft
+
+    if path.name == "state.pt":
+        init = path.parents[3] / "vocab" / "init_draft"  # RUN/fit/checkpoints/epoch-N/state.pt
+        draft = load_draft(init, verifier_path)
+        draft.load_state_dict(torch.load(path, map_location="cpu", weights_only=False)["model"], strict=False)
+        return draft
+    return load_draft(path, verifier_path)
+
+
+def main(argv: list[str]) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("data")
+    d.add_argument("src", type=Path)
+    d.add_argument("dst", type=Path)
+    t = sub.add_parser("train")
+    t.add_argument("--runs", required=True)
+    t.add_argument("--data", type=Path, required=True)
+    t.add_argument("--base", type=Path, required=True)
+    t.add_argument("--home", type=Path, default=Path(os.environ.get("POLYSPEC_HOME", "~/.cache/polyspec")).expanduser())
+    t.add_argument("--report", type=Path, required=True)
+    e = sub.add_parser("evaluate")
+    e.add_argument("--drafts", required=True, help="NAME=DIR,...")
+    e.add_argument("--checkpoints", default="", help="NAME=state.pt,... (evaluated on mt-en and mt-fr only)")
+    e.add_argument("--code-heldout", type=Path)
+    e.add_argument("--verifier", default="smollm2-135m-instruct")
+    e.add_argument("--out", type=Path, required=True)
+    e.add_argument("--wait", type=float, default=0.0, help="seconds to wait for drafts still being trained")
+    args = ap.parse_args(argv)
+    if args.cmd == "data":
+        print(split_code(args.src, args.dst))
+    elif args.cmd == "train":
+        train(args.runs.split(","), args.data, args.base, args.home, args.report)
+    else:
+        pairs = lambda s: {k: Path(v) for k, v in (x.split("=", 1) for x in s.split(",") if x)}  # noqa: E731
+        evaluate(pairs(args.drafts), args.verifier, args.code_heldout, args.out, pairs(args.checkpoints),
+                 wait_until=time.time() + args.wait)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

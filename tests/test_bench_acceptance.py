@@ -1,0 +1,47 @@
+"""bench/acceptance.py: the results contract regenerated from a registry, through its command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+KEYS = {"draft", "role", "target_language", "language", "k", "positions", "mean_acceptance_length", "n_prompts", "method"}
+
+
+def _run(*args: str, env_registry: str | None = None) -> subprocess.CompletedProcess:
+    import os
+
+    env = dict(os.environ)
+    if env_registry:
+        env["POLYSPEC_REGISTRY_URL"] = env_registry
+    return subprocess.run([sys.executable, str(ROOT / "bench" / "acceptance.py"), *args], capture_output=True,
+                          text=True, timeout=600, env=env)
+
+
+def test_from_shipped_writes_the_contract(tmp_path, verifier):
+    proc = _run("--from-shipped", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = json.loads((tmp_path / "acceptance.json").read_text())
+    assert records and all(KEYS <= set(r) for r in records)
+    assert all(r["k"] == 3 and len(r["positions"]) == 3 and r["method"] in ("offline", "vllm") for r in records)
+    for r in records:  # the contract's arithmetic: MAL = 1 + sum of positions, positions non-increasing
+        assert r["mean_acceptance_length"] == pytest.approx(1 + sum(r["positions"]), abs=1e-3)
+        assert r["positions"] == sorted(r["positions"], reverse=True)
+    base = {r["language"]: r for r in records if r["role"] == "base"}
+    fr = {r["language"]: r for r in records if r["target_language"] == "fr"}
+    assert {"en", "fr"} <= set(base) and fr["fr"]["role"] == "finetuned"
+    assert fr["fr"]["mean_acceptance_length"] > base["fr"]["mean_acceptance_length"]  # the founding observation
+    assert (tmp_path / "acceptance_positions.png").stat().st_size > 1000
+    assert "mean acceptance length" in proc.stdout
+
+
+def test_empty_registry_is_a_clear_error(tmp_path):
+    proc = _run("--out", str(tmp_path), env_registry=f"sqlite:///{tmp_path / 'empty.db'}")
+    assert proc.returncode == 1
+    assert "no evaluation" in proc.stdout
+    assert not (tmp_path / "acceptance.json").exists()

@@ -1,6 +1,7 @@
 """Shared helpers of the benchmark scripts: data loading, the peer venv, ports, atomic JSON output.
 
-Benchmarks may read the shared data pack (``../shared/data``); the product never does.
+MT-Bench turns come from the copy bundled with the package (``training/data/mtbench``); training prompts
+from the shared data pack (``../shared/data``), which benchmarks may read and the product never does.
 Peers (lingua, py3langid, LiteLLM, vllm-router) live in a separate venv, ``.venv-bench``
 (see ``bench/setup_peers.sh``), so they can never change the product's pinned packages.
 """
@@ -21,6 +22,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("POLYSPEC_SHARED_DATA", ROOT.parent / "shared" / "data"))
+MTBENCH = ROOT / "training" / "data" / "mtbench"  # bundled; identical to the data pack's eval/mtbench
 OUT_DIR = ROOT / "docs" / "benchmarks"
 BENCH_VENV = ROOT / ".venv-bench"
 BENCH_PY = BENCH_VENV / "bin" / "python"
@@ -50,7 +52,7 @@ def train_prompts(lang: str, limit: int, seed: int = 0) -> list[str]:
 
 def mtbench_turns(lang: str, limit: int | None = None, turn: int | None = None) -> list[str]:
     """MT-Bench user turns of one language (both turns unless ``turn`` is 0 or 1), in file order."""
-    rows = read_jsonl(DATA / "eval" / "mtbench" / f"{lang}.jsonl")
+    rows = read_jsonl(MTBENCH / f"{lang}.jsonl")
     turns = [t for r in rows for i, t in enumerate(r["turns"]) if turn is None or i == turn]
     return turns[:limit] if limit is not None else turns
 
@@ -73,6 +75,17 @@ def write_json(name: str, payload: dict[str, Any]) -> Path:
     os.chmod(tmp, 0o644)  # mkstemp creates 0600
     os.replace(tmp, target)
     return target
+
+
+def save_figure(fig: Any, path: Path, dpi: int = 110) -> Path:
+    """Atomic write of a matplotlib figure (temp file, then rename); closes the figure."""
+    import matplotlib.pyplot as plt
+
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=dpi)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
 
 
 def require_bench_venv(module: str | None = None) -> Path:

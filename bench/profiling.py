@@ -19,9 +19,11 @@ CATEGORIES = {
     "langid text cleaning (regex)": ("clean_for_langid",),
     "router classify (router/classify.py)": ("router/classify.py",),
     "router proxy (router/proxy.py)": ("router/proxy.py",),
+    "router ASGI path, SSE relay, bookkeeping (router/asgi.py, stream.py, job.py)": (
+        "router/asgi.py", "router/stream.py", "router/job.py"),
     "router telemetry (router/telemetry.py)": ("router/telemetry.py",),
     "prometheus_client": ("prometheus_client/",),
-    "upstream client (httpx/httpcore)": ("httpx/", "httpcore/"),
+    "upstream client (aiohttp, or httpx/httpcore before)": ("aiohttp/", "httpx/", "httpcore/"),
     "starlette/fastapi": ("starlette/", "fastapi/"),
     "uvicorn protocol": ("uvicorn/protocols",),
     "json encode/decode": ("json/",),

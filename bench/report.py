@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/report.py router_overhead.json
     .venv/bin/python bench/report.py load.json
+    .venv/bin/python bench/report.py e2e_speedup.json
 """
 
 from __future__ import annotations
@@ -56,10 +57,35 @@ def load_md(d: dict[str, Any]) -> str:
     return "\n".join(["| measure | value |", "|---|---:|"] + [f"| {k} | {v} |" for k, v in rows])
 
 
+def e2e_md(d: dict[str, Any]) -> str:
+    labels = {"fr_draft": "French draft", "en_draft": "English draft", "no_spec": "no speculation"}
+    be = d["headline"]["break_even"]
+    lines = ["| traffic | system (router) | tokens/s | per pass | vs no-spec | pos 1 | pos 2 | pos 3 | MAL | ms/step "
+             "| break-even MAL |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for lang in ("fr", "en"):
+        base = d["results"]["no_spec"][lang]["tokens_per_s"]
+        for system, label in labels.items():
+            r = d["results"][system][lang]
+            acc = r["acceptance_per_position"] or ["–"] * 3
+            router = next(x["router"] for x in d["requests"] if x["system"] == system and x["language"] == lang)
+            lines.append(f"| {lang} | {label} (`{router}`) | {r['tokens_per_s']:.2f} | "
+                         f"{' / '.join(f'{x:.2f}' for x in r.get('tokens_per_s_per_pass', []))} | "
+                         f"{r['tokens_per_s'] / base:.3f} | {' | '.join(str(a) for a in acc)} | "
+                         f"{r['mean_acceptance_length'] or '–'} | {r['ms_per_engine_step']} | "
+                         f"{be.get(f'{system}_{lang}', {}).get('break_even_mal', '–')} |")
+    lines += ["", "| tokens/s ratio | value | 95% interval (prompts) | per pass | per-prompt median |",
+              "|---|---:|---:|---:|---:|"]
+    for name, r in d["headline"].items():
+        if name != "break_even" and r.get("ratio") is not None:
+            lines.append(f"| {name} | {r['ratio']:.3f} | {r['ci95'][0]:.3f}–{r['ci95'][1]:.3f} | "
+                         f"{' / '.join(str(x) for x in r.get('per_pass', [])) or '–'} | {r['per_prompt_median']:.3f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     name = sys.argv[1]
     d = json.loads((OUT / name).read_text())
-    print({"router_overhead": overhead_md, "load": load_md}[d["benchmark"]](d))
+    print({"router_overhead": overhead_md, "load": load_md, "e2e_speedup": e2e_md}[d["benchmark"]](d))
 
 
 if __name__ == "__main__":

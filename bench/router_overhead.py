@@ -164,8 +164,8 @@ def targets(results: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def start_all(workdir: Path, systems: list[str]) -> dict[str, Server]:
-    servers: dict[str, Server] = {}
+def start_all(workdir: Path, systems: list[str], servers: dict[str, Server]) -> None:
+    """Start into ``servers`` as it goes, so the caller stops what did start when a later one fails."""
     servers["backend"] = start_backend(workdir, CLIENT_CPU)
     backend = servers["backend"].url
     if "polyspec" in systems:
@@ -175,7 +175,6 @@ def start_all(workdir: Path, systems: list[str]) -> dict[str, Server]:
         servers["litellm"] = start_litellm(workdir, backend, ROUTER_CPU)
     if "vllm_router" in systems:
         servers["vllm_router"] = start_vllm_router(workdir, backend, ROUTER_CPU)
-    return servers
 
 
 def run_matrix(servers: dict[str, Server], systems: list[str], concs: list[int], bodies: list[dict],
@@ -215,7 +214,7 @@ def main(
     servers: dict[str, Server] = {}
     with tempfile.TemporaryDirectory(prefix="polyspec-bench-") as tmp:
         try:
-            servers = start_all(Path(tmp), chosen)
+            start_all(Path(tmp), chosen, servers)
             results = run_matrix(servers, chosen, concs, bodies, requests, max_seconds)
             prof = None
             if profile and "polyspec" in servers:
@@ -226,7 +225,10 @@ def main(
             raise typer.Exit(1) from None
         finally:
             for s in servers.values():
-                s.stop()
+                try:
+                    s.stop()
+                except subprocess.TimeoutExpired:  # a peer slow to die under load must not lose the results
+                    console.print(f"[yellow]warning:[/] {s.name} (pid {s.pid}) did not stop in time")
     print_table(results, "non-stream")
     print_table({c: {n: v for n, v in r.items()} for c, r in results.items()}, "stream")
     summary = targets(results)

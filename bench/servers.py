@@ -127,7 +127,9 @@ def start_litellm(workdir: Path, backend_url: str, cpus: str | None) -> Server:
 def start_vllm_router(workdir: Path, backend_url: str, cpus: str | None) -> Server:
     require_bench_venv()
     port = free_port()
+    # Its metrics exporter defaults to the fixed port 29000: a free one, so it cannot collide with a straggler.
     cmd = [str(BENCH_VENV / "bin" / "vllm-router"), "--host", "127.0.0.1", "--port", str(port),
-           "--worker-urls", backend_url, "--policy", "round_robin", "--log-level", "warning"]
+           "--worker-urls", backend_url, "--policy", "round_robin", "--log-level", "warning",
+           "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
     proc, log = _spawn("vllm_router", cmd, workdir, cpus)
     return _ready(Server("vllm_router", f"http://127.0.0.1:{port}", proc, log), "/health", 120)

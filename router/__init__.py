@@ -4,7 +4,9 @@
 - ``router.config.RouterConfig``: every knob, from ``POLYSPEC_ROUTER_*`` environment variables.
 - ``router.classify``: language (fastText langid, pins) and domain of a request.
 - ``router.policy``: pool order and replica choice (blend of offline and live acceptance; formula there).
-- ``router.backends``: pooled httpx client, in-flight counts, health with hysteresis.
-- ``router.proxy``: forwarding, failover before the first byte, SSE pass-through.
+- ``router.backends``: replicas: in-flight counts, served models, health with hysteresis.
+- ``router.upstream``: the aiohttp client to the engines.
+- ``router.proxy``: forwarding, failover before the first byte (``router.stream``: SSE pass-through;
+  ``router.asgi``: the plain-ASGI plumbing of the completion endpoints; ``router.job``: per-request bookkeeping).
 - ``router.telemetry``: acceptance aggregates, Prometheus metrics, ``snapshot(app)`` for the dashboard.
 """

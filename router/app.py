@@ -11,17 +11,19 @@ import importlib.util
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
-import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 
+from router.asgi import HOT_PATHS, Endpoint, HotPath
 from router.config import RouterConfig
 from router.errors import RouterError, error_body
-from router.proxy import ClientGone, forward
+from router.proxy import serve_completion
 from router.runtime import RouterRuntime
 from router.table import TableSource
 
@@ -30,12 +32,11 @@ def create_app(
     config: RouterConfig | None = None,
     *,
     source: TableSource | None = None,
-    client: httpx.AsyncClient | None = None,
     mount_admin: bool = True,
 ) -> FastAPI:
     """Build the router. ``source`` defaults to the registry at ``config.registry_url``."""
     config = config or RouterConfig()
-    runtime = RouterRuntime(config, source=source, client=client)
+    runtime = RouterRuntime(config, source=source)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -62,10 +63,6 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def _router_error(_: Request, exc: RouterError) -> JSONResponse:
         return exc.response()
 
-    @app.exception_handler(ClientGone)
-    async def _client_gone(_: Request, __: ClientGone) -> Response:
-        return Response(status_code=499)  # nobody reads it; nginx's "client closed request"
-
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
@@ -76,13 +73,12 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 
 def _install_routes(app: FastAPI, runtime: RouterRuntime) -> None:
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Response:
-        return await forward(runtime, request, "chat")
-
-    @app.post("/v1/completions")
-    async def completions(request: Request) -> Response:
-        return await forward(runtime, request, "completions")
+    handler = partial(serve_completion, runtime)
+    # The completion endpoints are plain ASGI: HotPath takes them before FastAPI's layers; the routes
+    # are there for what HotPath passes on (another method gets 405, as for any route).
+    app.add_middleware(HotPath, handler=handler)
+    for path, kind in HOT_PATHS.items():
+        app.router.routes.append(Route(path, Endpoint(handler, kind), methods=["POST"]))
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:

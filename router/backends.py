@@ -1,4 +1,4 @@
-"""Engine replicas: one pooled httpx client, in-flight counts and health with hysteresis.
+"""Engine replicas: the upstream client, in-flight counts, served models and health with hysteresis.
 
 A replica is marked down after ``fail_threshold`` consecutive failures (health probes or requests that
 could not reach it) and up again after ``recover_threshold`` consecutive successful probes, so one
@@ -8,13 +8,13 @@ lost packet does not flap the routing table.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from dataclasses import dataclass, field
 
-import httpx
-
 from router.config import RouterConfig
+from router.upstream import UPSTREAM_ERRORS, Upstream
 
 log = logging.getLogger("polyspec.router")
 
@@ -33,14 +33,13 @@ class ReplicaState:
 
 
 class Backends:
-    def __init__(self, config: RouterConfig, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(self, config: RouterConfig, upstream: Upstream | None = None) -> None:
         self.config = config
-        self.client = client or httpx.AsyncClient(
-            timeout=httpx.Timeout(config.read_timeout_s, connect=config.connect_timeout_s),
-            limits=httpx.Limits(max_connections=config.max_connections, max_keepalive_connections=64),
-            headers={"Accept-Encoding": "identity"},
-        )
+        self.upstream = upstream or Upstream(config)
         self.replicas: dict[str, ReplicaState] = {}
+        # model id -> URLs of the replicas serving it; rebuilt when a replica set or model list changes,
+        # read on every request.
+        self._serving: dict[str, frozenset[str]] = {}
 
     def sync(self, replicas: list[tuple[str, str]]) -> None:
         """Track exactly these (name, url) replicas, keeping state of the ones already known."""
@@ -54,6 +53,14 @@ class Backends:
                 self.replicas[url] = ReplicaState(url=url, name=name)
             else:
                 state.name = name
+        self._index_models()
+
+    def _index_models(self) -> None:
+        serving: dict[str, set[str]] = {}
+        for state in self.replicas.values():
+            for model in state.model_ids:
+                serving.setdefault(model, set()).add(state.url)
+        self._serving = {m: frozenset(urls) for m, urls in serving.items()}
 
     def is_healthy(self, url: str) -> bool:
         state = self.replicas.get(url)
@@ -64,7 +71,11 @@ class Backends:
         return state.in_flight if state else 0
 
     def model_ids(self) -> set[str]:
-        return {m for s in self.replicas.values() for m in s.model_ids}
+        return set(self._serving)
+
+    def serving(self, model: str) -> frozenset[str]:
+        """URLs of the replicas whose engine serves ``model`` (empty when none does)."""
+        return self._serving.get(model, frozenset())
 
     def model_for(self, url: str) -> str | None:
         state = self.replicas.get(url)
@@ -106,13 +117,12 @@ class Backends:
         timeout = self.config.health_timeout_s
         state.last_check = time.time()
         try:
-            resp = await self.client.get(f"{state.url}/health", timeout=timeout)
-            resp.raise_for_status()
+            await self.upstream.get(f"{state.url}/health", timeout)
             if not state.model_ids:
-                models = await self.client.get(f"{state.url}/v1/models", timeout=timeout)
-                models.raise_for_status()
-                state.model_ids = [m["id"] for m in models.json().get("data", [])]
-        except (httpx.HTTPError, ValueError, KeyError) as exc:
+                models = json.loads(await self.upstream.get(f"{state.url}/v1/models", timeout))
+                state.model_ids = [m["id"] for m in models.get("data", [])]
+                self._index_models()
+        except (*UPSTREAM_ERRORS, ValueError, KeyError, TypeError, AttributeError) as exc:
             self.record_failure(state.url, f"health: {type(exc).__name__}: {exc}")
             return
         self.record_success(state.url)
@@ -136,4 +146,4 @@ class Backends:
         ]
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        await self.upstream.aclose()

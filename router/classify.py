@@ -3,7 +3,8 @@
 The language comes from, in order: the ``X-Polyspec-Language`` header, a ``polyspec.language`` body
 field, or fastText langid on the last user message (chat) / the prompt (completions), with code blocks
 and URLs stripped. Detection is restricted to the languages the routing table serves; a confidence
-below the threshold sends the request to the default language.
+below the threshold sends the request to the default language, and its statistics go to the
+undetermined bucket ``und`` (so uncertain prompts do not blur the default language's acceptance).
 """
 
 from __future__ import annotations
@@ -14,41 +15,71 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
+from models.langid import UNDETERMINED, LabelSet, allowed_labels, clean_for_langid, detect_cleaned
 from router.errors import BadRequest
 
 ROUTER_BODY_KEY = "polyspec"
 HEADER_PREFIX = "x-polyspec-"
+_PIN = re.compile(r"[a-z0-9_.-]{1,32}")
+
+
+class _Ordered:
+    r"""The regex ``HEAD[\s\S]*TAIL`` as two searches: TAIL after the first HEAD.
+
+    The one-regex form retries the greedy ``[\s\S]*`` from every HEAD and goes quadratic on long
+    prompts; the first HEAD ends earliest, so searching TAIL after it finds a match exactly when the
+    one-regex form does.
+    """
+
+    def __init__(self, head: str, tail: str, tail_needles: tuple[str, ...]) -> None:
+        self.head, self.tail, self.tail_needles = re.compile(head), re.compile(tail), tail_needles
+
+    def search(self, text: str) -> bool:
+        first = self.head.search(text)
+        if first is None or all(text.find(n, first.end()) < 0 for n in self.tail_needles):
+            return False
+        return self.tail.search(text, first.end()) is not None
+
 
 # Signals of source code in a prompt. Two or more distinct hits (or one fenced block) mean "code".
-_FENCE = re.compile(r"```")
-_CODE_SIGNALS = [
-    re.compile(p, re.MULTILINE)
-    for p in (
-        r"^\s*(def|class)\s+\w+.*:\s*$",
-        r"^\s*(import|from)\s+[\w.]+(\s+import\s+\w+)?\s*$",
-        r"^\s*#include\s*[<\"]",
-        r"\b(function|const|let|var)\s+\w+\s*[=(]",
-        r"\bpublic\s+(static\s+)?(void|int|class|String)\b",
-        r"[;{}]\s*$",
-        r"\breturn\b[^\n]*;?\s*$",
-        r"\b(printf|println|console\.log|System\.out)\s*\(",
-        r"=>|==|!=|\+=|->|::",
-        r"\b(SELECT|INSERT|UPDATE|DELETE)\b[\s\S]*\b(FROM|INTO|SET|WHERE)\b",
-    )
+# Each pattern comes with substrings one of which any match must contain: the substring scan (C speed)
+# lets most prose skip the regex; it never changes the result.
+_FENCE = "```"
+_CODE_SIGNALS: list[tuple[tuple[str, ...], Any]] = [
+    (("def", "class"), re.compile(r"^\s*(def|class)\s+\w+.*:\s*$", re.MULTILINE)),
+    (("import", "from"), re.compile(r"^\s*(import|from)\s+[\w.]+(\s+import\s+\w+)?\s*$", re.MULTILINE)),
+    (("#include",), re.compile(r"^\s*#include\s*[<\"]", re.MULTILINE)),
+    (("function", "const", "let", "var"), re.compile(r"\b(function|const|let|var)\s+\w+\s*[=(]")),
+    (("public",), re.compile(r"\bpublic\s+(static\s+)?(void|int|class|String)\b")),
+    ((";", "{", "}"), re.compile(r"[;{}]\s*$", re.MULTILINE)),
+    (("return",), re.compile(r"\breturn\b[^\n]*;?\s*$", re.MULTILINE)),
+    (("printf", "println", "console.log", "System.out"),
+     re.compile(r"\b(printf|println|console\.log|System\.out)\s*\(")),
+    (("=>", "==", "!=", "+=", "->", "::"), re.compile(r"=>|==|!=|\+=|->|::")),
+    (("SELECT", "INSERT", "UPDATE", "DELETE"),
+     _Ordered(r"\b(SELECT|INSERT|UPDATE|DELETE)\b", r"\b(FROM|INTO|SET|WHERE)\b", ("FROM", "INTO", "SET", "WHERE"))),
 ]
 
 
 @dataclass(frozen=True)
 class Decision:
-    language: str  # the language the request is routed and counted under
+    language: str  # the language the request is routed under
     confidence: float  # langid confidence; 1.0 when pinned
     detected: str | None  # raw langid label (None when pinned)
     domain: str
     source: str  # "header" | "body" | "langid" | "fallback"
     text: str  # the text langid looked at (uncleaned), kept for opt-in capture
 
+    @property
+    def stats_language(self) -> str:
+        """The language live stats count the request under: ``und`` when langid was not sure."""
+        return UNDETERMINED if self.source == "fallback" else self.language
+
 
 def parse_json_body(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object (``json``'s reading of it), or a BadRequest that says what is wrong."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -57,16 +88,47 @@ def parse_json_body(raw: bytes) -> dict[str, Any]:
         body = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BadRequest(f"Request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}.") from None
+    except RecursionError:
+        raise BadRequest("Request body is not acceptable JSON: nested too deeply.") from None
+    except ValueError as exc:  # valid JSON Python will not read, e.g. an integer of more than 4300 digits
+        raise BadRequest(f"Request body is not acceptable JSON: {exc}.") from None
     if not isinstance(body, dict):
         raise BadRequest("Request body must be a JSON object.")
+    try:
+        json.dumps(body, ensure_ascii=False).encode()
+    except UnicodeEncodeError:  # a lone surrogate escape (\ud800): no engine can be sent that
+        raise BadRequest("Request body is not acceptable JSON: a string holds a lone surrogate escape.") from None
     return body
+
+
+def decode_body(raw: bytes) -> tuple[dict[str, Any], bool]:
+    """The body and whether it is strict JSON (then `encode_body` may use msgspec for it).
+
+    msgspec decodes strict JSON to exactly what ``json.loads`` gives, several times faster. What it
+    refuses (NaN, lone surrogates, huge integers, deep nesting, errors) goes through `parse_json_body`,
+    which keeps ``json``'s leniency and its error messages; such a body is re-encoded with ``json`` too.
+    """
+    try:
+        body = msgspec.json.decode(raw)
+    except (msgspec.MsgspecError, RecursionError):
+        return parse_json_body(raw), False
+    if not isinstance(body, dict):
+        raise BadRequest("Request body must be a JSON object.")
+    return body, True
+
+
+def encode_body(body: Mapping[str, Any], strict: bool) -> bytes:
+    if strict:
+        return msgspec.json.encode(body)
+    return json.dumps(body, ensure_ascii=False).encode()
 
 
 def _content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):  # content parts: keep the text ones
-        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        return "\n".join(t for p in content if isinstance(p, dict) and p.get("type") == "text"
+                         and isinstance(t := p.get("text"), str))
     return ""
 
 
@@ -94,10 +156,15 @@ def prompt_text(body: Mapping[str, Any], kind: str) -> str:
 
 
 def detect_domain(text: str) -> str:
-    if _FENCE.search(text):
+    if _FENCE in text:
         return "code"
-    hits = sum(1 for pattern in _CODE_SIGNALS if pattern.search(text))
-    return "code" if hits >= 2 else "general"
+    hits = 0
+    for needles, pattern in _CODE_SIGNALS:
+        if any(needle in text for needle in needles) and pattern.search(text):
+            hits += 1
+            if hits >= 2:
+                return "code"
+    return "general"
 
 
 def pop_router_fields(body: dict[str, Any]) -> dict[str, Any]:
@@ -117,6 +184,17 @@ def upstream_headers(headers: Mapping[str, str]) -> dict[str, str]:
     return kept | {"Content-Type": "application/json"}
 
 
+def _pin(headers: Mapping[str, str], pins: Mapping[str, Any], what: str) -> str | None:
+    """A client-pinned language or domain, normalised. It is echoed in response headers and metric labels,
+    so anything but a short code (CR/LF, non-Latin-1, 10 kB) is a 400, not a broken response."""
+    header = headers.get(f"{HEADER_PREFIX}{what}")
+    code = str(header or pins.get(what) or "").strip().lower()
+    if code and not _PIN.fullmatch(code):
+        raise BadRequest(f"The pinned {what} must be a short code like 'fr' or 'code' (letters, digits, '_', '-', '.').",
+                         param=f"X-Polyspec-{what.capitalize()}" if header else f"{ROUTER_BODY_KEY}.{what}")
+    return code or None
+
+
 def classify(
     body: Mapping[str, Any],
     kind: str,
@@ -126,19 +204,19 @@ def classify(
     default_language: str,
     threshold: float,
     max_chars: int,
+    allowed: LabelSet | None = None,
 ) -> Decision:
+    """``allowed``: `served` plus the default language as `allowed_labels` gives it (the router keeps
+    one per routing table instead of rebuilding it per request)."""
     text = prompt_text(body, kind)
-    domain = headers.get("x-polyspec-domain") or pins.get("domain") or detect_domain(text)
-    domain = str(domain).strip().lower() or "general"
-    pinned = headers.get("x-polyspec-language") or pins.get("language")
+    domain = _pin(headers, pins, "domain") or detect_domain(text)
+    pinned = _pin(headers, pins, "language")
     if pinned:
-        return Decision(str(pinned).strip().lower(), 1.0, None, domain, "header" if headers.get("x-polyspec-language") else "body", text)
-    from models.langid import clean_for_langid, detect
-
+        return Decision(pinned, 1.0, None, domain, "header" if headers.get("x-polyspec-language") else "body", text)
     cleaned = clean_for_langid(text, max_chars=max_chars)
     if not cleaned.strip():
         return Decision(default_language, 0.0, None, domain, "fallback", text)
-    guess = detect(cleaned, restrict=sorted(set(served) | {default_language}))
+    guess = detect_cleaned(cleaned, allowed or allowed_labels(set(served) | {default_language}))
     if guess.confidence < threshold:
         return Decision(default_language, guess.confidence, guess.language, domain, "fallback", text)
     return Decision(guess.language, guess.confidence, guess.language, domain, "langid", text)

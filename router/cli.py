@@ -34,8 +34,10 @@ def serve(
         raise typer.Exit(2) from None
     app = create_app(config)
     typer.echo(f"polyspec router {config.router_id} on http://{config.host}:{config.port}", err=True)
+    # No access log: one log record per request is a measurable share of the router's CPU, and
+    # /metrics counts every request by outcome anyway. uvicorn picks uvloop and httptools (both pinned).
     uvicorn.run(app, host=config.host, port=config.port, log_level=log_level, timeout_graceful_shutdown=5,
-                timeout_keep_alive=config.keep_alive_s)
+                timeout_keep_alive=config.keep_alive_s, access_log=False)
 
 
 def langid(

@@ -49,6 +49,11 @@ class RouterConfig(BaseSettings):
     max_attempts: int = Field(default=3, ge=1, description="Replicas tried per request before giving up.")
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     max_connections: int = Field(default=512, ge=1)
+    upstream_keepalive_s: float = Field(
+        default=4.0, gt=0,
+        description="How long an idle engine connection is kept for reuse; below vLLM's (uvicorn's) 5 s "
+        "keep-alive, so the router never reuses a connection the engine is closing.",
+    )
 
     # Health checks with hysteresis.
     health_interval_s: float = Field(default=5.0, gt=0)

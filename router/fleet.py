@@ -343,7 +343,8 @@ def _serve(plan: UpPlan, console: Any, log_level: str, router_id: str | None, on
                           registry_url=plan.registry_url, **overrides)
     app = create_app(config, source=plan.source)
     server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level=log_level,
-                                           timeout_graceful_shutdown=5, timeout_keep_alive=config.keep_alive_s))
+                                           timeout_graceful_shutdown=5, timeout_keep_alive=config.keep_alive_s,
+                                           access_log=False))  # as `polyspec serve`: see router.cli
     base = f"http://{config.host}:{config.port}"
     console.print(f"[green]router ready[/] on {base}/v1  ·  dashboard {base}/admin  ·  Ctrl-C stops everything")
     if on_ready is not None:

@@ -12,19 +12,35 @@ no live steps either.
 
 Order of pools (duplicates removed): (language, domain) by score, then (language, "general") by
 score, then the default pool(s). Within a pool: healthy replicas only, fewest in-flight first.
+
+A request for one engine model id (not a router alias) is served only by replicas whose engine
+serves that model: every tier keeps only those, and any other pool with such replicas comes last, so
+the model is honoured before the language.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
-from router.table import LiveRow, Pool, Replica, RoutingTable
+from router.table import Pool, Replica, RoutingTable
 
 GENERAL = "general"
 
-LiveLookup = Mapping[tuple[str, str, str], LiveRow]
+
+class AcceptanceCounts(Protocol):
+    """What the blend reads of a live aggregate (router.table.LiveRow, router.telemetry.Agg)."""
+
+    @property
+    def num_spec_steps(self) -> int: ...
+
+    @property
+    def num_accepted_tokens(self) -> int: ...
+
+
+LiveLookup = Mapping[tuple[str, str, str], AcceptanceCounts]
 
 
 def blended_mal(pool: Pool, language: str, domain: str, live: LiveLookup, prior_steps: int) -> float | None:
@@ -47,17 +63,28 @@ def _ranked(pools: list[Pool], language: str, domain: str, live: LiveLookup, pri
     return sorted(pools, key=key)
 
 
+def _serves_any(pool: Pool, serving: Collection[str]) -> bool:
+    return any(r.url in serving for r in pool.replicas)
+
+
 def candidate_pools(
-    table: RoutingTable, language: str, domain: str, live: LiveLookup, prior_steps: int
+    table: RoutingTable, language: str, domain: str, live: LiveLookup, prior_steps: int,
+    serving: Collection[str] | None = None,
 ) -> list[Pool]:
-    """Pools in fallback order: (language, domain) -> (language, general) -> default."""
+    """Pools in fallback order: (language, domain) -> (language, general) -> default.
+
+    ``serving``: URLs of the replicas serving the requested model; None means any replica will do.
+    """
     tiers = [table.pools_for(language, domain)]
     if domain != GENERAL:
         tiers.append(table.pools_for(language, GENERAL))
+    tiers.append(table.default_pools())
+    if serving is not None:
+        tiers = [[p for p in tier if _serves_any(p, serving)] for tier in tiers]
+        tiers.append([p for p in table.pools if _serves_any(p, serving)])
     ordered: list[Pool] = []
     for tier in tiers:
         ordered.extend(_ranked(tier, language, domain, live, prior_steps))
-    ordered.extend(_ranked(table.default_pools(), language, domain, live, prior_steps))
     seen: set[str] = set()
     unique = []
     for pool in ordered:
@@ -81,16 +108,19 @@ def plan_attempts(
     is_healthy: Callable[[str], bool],
     in_flight: Callable[[str], int],
     max_attempts: int,
+    serving: Collection[str] | None = None,
 ) -> list[Target]:
     """Replicas to try, in order: healthy only, fewest in-flight first inside each pool, pools in order.
 
-    Ties in in-flight rotate so that idle replicas of one pool share the load.
+    Ties in in-flight rotate so that idle replicas of one pool share the load. ``serving`` as in
+    `candidate_pools` (a pool of bare-verifier deployments may mix engines of several models).
     """
     rotate = next(_tiebreak)
     targets: list[Target] = []
     tried: set[str] = set()
     for pool in pools:
-        healthy = [r for r in pool.replicas if is_healthy(r.url) and r.url not in tried]
+        healthy = [r for r in pool.replicas
+                   if is_healthy(r.url) and r.url not in tried and (serving is None or r.url in serving)]
         if not healthy:
             continue
         shift = rotate % len(healthy)

@@ -9,8 +9,8 @@ import time
 from typing import Any
 
 import anyio
-import httpx
 
+from models.langid import LabelSet, allowed_labels
 from router.backends import Backends
 from router.capture import PromptCapture
 from router.config import RouterConfig
@@ -21,14 +21,12 @@ log = logging.getLogger("polyspec.router")
 
 
 class RouterRuntime:
-    def __init__(
-        self, config: RouterConfig, source: TableSource | None = None, client: httpx.AsyncClient | None = None
-    ) -> None:
+    def __init__(self, config: RouterConfig, source: TableSource | None = None) -> None:
         self.config = config
         self.source: TableSource = source if source is not None else RegistrySource(config.registry_url)
         self.default_language = config.resolved_default_language()
         self.table = RoutingTable(pools=[], default_language=self.default_language)
-        self.backends = Backends(config, client)
+        self.backends = Backends(config)
         self.telemetry = Telemetry(config.router_id)
         self.capture = PromptCapture(config.resolved_capture_dir(), config.router_id) if config.capture else None
         self.last_refresh: float | None = None
@@ -67,7 +65,7 @@ class RouterRuntime:
             return
         from router.telemetry import merge_rows
 
-        self.telemetry.shared = merge_rows(rows)
+        self.telemetry.set_shared(merge_rows(rows))
 
     async def flush(self) -> bool:
         """Persist pending acceptance deltas; on failure they wait for the next flush."""
@@ -117,6 +115,13 @@ class RouterRuntime:
     # --- views ---------------------------------------------------------------------------------
     def known_models(self) -> list[str]:
         return sorted(set(self.config.model_aliases) | self.backends.model_ids())
+
+    def langid_labels(self, table: RoutingTable) -> LabelSet:
+        """The languages langid may choose from for ``table``: the ones it serves and the default."""
+        labels = table.cached("langid_labels")
+        if labels is None:
+            labels = table.cache("langid_labels", allowed_labels(table.languages | {self.default_language}))
+        return labels
 
     def ready(self) -> bool:
         return any(self.backends.is_healthy(r.url) for r in self.table.replicas())

@@ -8,12 +8,15 @@ and return live stats.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 NO_DRAFT = "none"
+_CACHE_LIMIT = 4096
 
 
 @dataclass(frozen=True)
@@ -41,23 +44,43 @@ class Pool:
 
 @dataclass
 class RoutingTable:
+    """Built once per refresh and not changed afterwards: the lookups below are cached on that basis."""
+
     pools: list[Pool]
     default_language: str
     built_at: float = field(default_factory=time.time)
+    _cache: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def languages(self) -> set[str]:
-        served = {lang for pool in self.pools for lang in pool.languages}
+        served = self._cache.get("languages")
+        if served is None:
+            served = self._cache["languages"] = {lang for pool in self.pools for lang in pool.languages}
         return served | {self.default_language}
 
+    def cached(self, key: str) -> Any:
+        """A value derived from this table and kept with it (None if not computed yet)."""
+        return self._cache.get(key)
+
+    def cache(self, key: str, value: Any) -> Any:
+        self._cache[key] = value
+        return value
+
     def pools_for(self, language: str, domain: str) -> list[Pool]:
-        return [p for p in self.pools if p.serves(language) and p.domain == domain]
+        key = ("pools_for", language, domain)
+        pools = self._cache.get(key)
+        if pools is None:
+            pools = [p for p in self.pools if p.serves(language) and p.domain == domain]
+            if len(self._cache) < _CACHE_LIMIT:  # pinned languages come from clients: bound the cache
+                self._cache[key] = pools
+        return list(pools)
 
     def default_pools(self) -> list[Pool]:
-        marked = [p for p in self.pools if p.is_default]
-        if marked:
-            return marked
-        return self.pools_for(self.default_language, "general")
+        pools = self._cache.get("default")
+        if pools is None:
+            marked = [p for p in self.pools if p.is_default]
+            pools = self._cache["default"] = marked or self.pools_for(self.default_language, "general")
+        return list(pools)
 
     def replicas(self) -> list[Replica]:
         seen: dict[str, Replica] = {}
@@ -98,6 +121,20 @@ class LiveRow:
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.language, self.domain, self.draft)
+
+    @property
+    def acceptance(self) -> list[float] | None:
+        """P(>= i drafts accepted) for i = 1..k; None without speculative steps."""
+        if self.num_spec_steps <= 0:
+            return None
+        return [n / self.num_spec_steps for n in self.accepted_per_pos]
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """1 + accepted draft tokens / verify steps (vLLM's definition); None without speculative steps."""
+        if self.num_spec_steps <= 0:
+            return None
+        return 1.0 + self.num_accepted_tokens / self.num_spec_steps
 
 
 class TableSource(Protocol):
@@ -150,24 +187,52 @@ def build_table(deployments: Iterable[Any], default_language: str) -> RoutingTab
 
 
 class RegistrySource:
-    """The production source: ``registry.open_registry(url)``; opened lazily, reopened after errors."""
+    """The production source: ``registry.open_registry(url)``; opened lazily, reopened after errors.
+
+    A SQLite file is watched by identity: an open connection goes on reading, and writing, a file that
+    was deleted or replaced. So once opened, a missing file is an error (the router keeps its last table
+    and its unflushed stats; the file is never re-created empty) and a replaced one (a restored backup)
+    is reopened.
+    """
 
     def __init__(self, url: str | None = None) -> None:
         self._url = url
         self._registry: Any = None
+        self._file: tuple[Path, tuple[int, int]] | None = None  # the SQLite file and its (st_dev, st_ino)
 
     def _reg(self) -> Any:
+        if self._file is not None:
+            path, identity = self._file
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                self._drop()
+                raise FileNotFoundError(f"registry database {path} is missing (deleted or moved)") from None
+            if (st.st_dev, st.st_ino) != identity:
+                self._drop()  # replaced, e.g. restored from a backup: read the new file
         if self._registry is None:
             from registry import open_registry
 
             self._registry = open_registry(self._url)
+            url = self._registry.engine.url
+            if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+                path = Path(url.database).expanduser()
+                with contextlib.suppress(OSError):  # a "file:...?uri=true" name is not a path: not watched
+                    st = path.stat()
+                    self._file = (path, (st.st_dev, st.st_ino))
         return self._registry
+
+    def _drop(self) -> None:
+        registry, self._registry = self._registry, None
+        if registry is not None:
+            with contextlib.suppress(Exception):
+                registry.close()
 
     def _call(self, method: str, *args: Any) -> Any:
         try:
             return getattr(self._reg(), method)(*args)
         except Exception:
-            self._registry = None  # reconnect next time (e.g. Postgres restarted)
+            self._drop()  # reconnect next time (e.g. Postgres restarted)
             raise
 
     def deployments(self) -> Sequence[Any]:

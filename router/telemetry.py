@@ -26,6 +26,28 @@ CONFIDENCE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
+@dataclass(frozen=True)
+class SpecCounts:
+    """One response's ``metrics.speculative_decoding``, reduced to additive counters."""
+
+    num_spec_steps: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    accepted_per_pos: tuple[int, ...]
+
+
+def spec_counts(spec: Mapping[str, Any] | None) -> SpecCounts | None:
+    if not spec:
+        return None
+    hist = [int(x) for x in spec.get("acceptance_histogram") or []]
+    return SpecCounts(
+        num_spec_steps=int(spec.get("num_spec_steps", sum(hist))),
+        num_draft_tokens=int(spec.get("num_draft_tokens", 0)),
+        num_accepted_tokens=int(spec.get("num_accepted_draft_tokens", sum(j * c for j, c in enumerate(hist)))),
+        accepted_per_pos=tuple(sum(hist[i:]) for i in range(1, len(hist))),
+    )
+
+
 @dataclass
 class Agg:
     requests: int = 0
@@ -35,16 +57,20 @@ class Agg:
     num_accepted_tokens: int = 0
     accepted_per_pos: list[int] = field(default_factory=list)
 
-    def add(self, spec: Mapping[str, Any] | None, completion_tokens: int) -> None:
+    @classmethod
+    def of(cls, row: LiveRow) -> Agg:
+        return cls(row.requests, row.completion_tokens, row.num_spec_steps, row.num_draft_tokens,
+                   row.num_accepted_tokens, list(row.accepted_per_pos))
+
+    def add(self, counts: SpecCounts | None, completion_tokens: int) -> None:
         self.requests += 1
         self.completion_tokens += completion_tokens
-        if not spec:
+        if counts is None:
             return
-        hist = [int(x) for x in spec.get("acceptance_histogram") or []]
-        self.num_spec_steps += int(spec.get("num_spec_steps", sum(hist)))
-        self.num_draft_tokens += int(spec.get("num_draft_tokens", 0))
-        self.num_accepted_tokens += int(spec.get("num_accepted_draft_tokens", sum(j * c for j, c in enumerate(hist))))
-        per_pos = [sum(hist[i:]) for i in range(1, len(hist))]
+        self.num_spec_steps += counts.num_spec_steps
+        self.num_draft_tokens += counts.num_draft_tokens
+        self.num_accepted_tokens += counts.num_accepted_tokens
+        per_pos = counts.accepted_per_pos
         if len(per_pos) > len(self.accepted_per_pos):
             self.accepted_per_pos += [0] * (len(per_pos) - len(self.accepted_per_pos))
         for i, n in enumerate(per_pos):
@@ -57,20 +83,18 @@ class Agg:
 
 def acceptance_summary(row: LiveRow) -> dict[str, Any]:
     """P(>= i accepted) per position and the mean acceptance length (1 + sum), as the registry stores them."""
-    steps = row.num_spec_steps
-    acceptance = [n / steps for n in row.accepted_per_pos] if steps else []
     return {
         "language": row.language,
         "domain": row.domain,
         "draft": row.draft,
         "requests": row.requests,
         "completion_tokens": row.completion_tokens,
-        "num_spec_steps": steps,
+        "num_spec_steps": row.num_spec_steps,
         "num_draft_tokens": row.num_draft_tokens,
         "num_accepted_tokens": row.num_accepted_tokens,
         "accepted_per_pos": list(row.accepted_per_pos),
-        "acceptance": acceptance,
-        "mean_acceptance_length": (1.0 + row.num_accepted_tokens / steps) if steps else None,
+        "acceptance": row.acceptance or [],
+        "mean_acceptance_length": row.mean_acceptance_length,
     }
 
 
@@ -100,6 +124,21 @@ def merge_rows(*groups: Iterable[LiveRow]) -> dict[tuple[str, str, str], LiveRow
     return out
 
 
+class _Labelled:
+    """``metric.labels(*values)``, memoised: prometheus_client validates the values and takes a lock on
+    every labels() call, which the hot path would otherwise pay several times per request."""
+
+    def __init__(self, metric: Any) -> None:
+        self.metric = metric
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, *values: str) -> Any:
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self.metric.labels(*values)
+        return child
+
+
 class Metrics:
     """Prometheus metrics on a registry of their own (one per app, so tests can build several)."""
 
@@ -125,16 +164,35 @@ class Metrics:
                                         ["backend", "reason"], registry=r)
         self.backend_up = Gauge("polyspec_backend_up", "1 when the replica is marked healthy.", ["backend"], registry=r)
         self.in_flight = Gauge("polyspec_backend_in_flight", "Requests in flight per replica.", ["backend"], registry=r)
+        # Memoised children of the metrics the hot path updates.
+        self.requests_of = _Labelled(self.requests)
+        self.latency_of = _Labelled(self.latency)
+        self.ttfb_of = _Labelled(self.ttfb)
+        self.spec_steps_of = _Labelled(self.spec_steps)
+        self.draft_tokens_of = _Labelled(self.draft_tokens)
+        self.accepted_of = _Labelled(self.accepted)
+        self.accepted_pos_of = _Labelled(self.accepted_pos)
+        self.completion_tokens_of = _Labelled(self.completion_tokens)
+        self.upstream_errors_of = _Labelled(self.upstream_errors)
+
+
+Key = tuple[str, str, str]
 
 
 class Telemetry:
+    """Counters of one router. Languages here are the *stats* language of a request (``und`` when langid
+    was not sure), which may differ from the language it was routed under."""
+
     def __init__(self, router_id: str) -> None:
         self.router_id = router_id
         self.started_at = time.time()
         self.metrics = Metrics()
-        self.cumulative: dict[tuple[str, str, str], Agg] = {}
-        self.pending: dict[tuple[str, str, str], Agg] = {}
-        self.shared: dict[tuple[str, str, str], LiveRow] = {}  # all routers, from the registry
+        self.cumulative: dict[Key, Agg] = {}
+        self.pending: dict[Key, Agg] = {}
+        self.shared: dict[Key, LiveRow] = {}  # all routers, from the registry (set with set_shared)
+        # shared + pending, what the policy blends; kept up to date per request instead of being merged
+        # from scratch per request. None: rebuild on next read.
+        self._live: dict[Key, Agg] | None = None
         self.traffic: Counter[tuple[str, str]] = Counter()
         self.statuses: Counter[str] = Counter()
         self.confidence_counts = [0] * len(CONFIDENCE_BUCKETS)
@@ -151,39 +209,51 @@ class Telemetry:
 
     def observe_result(self, endpoint: str, language: str, domain: str, backend: str, status: str) -> None:
         self.statuses[status] += 1
-        self.metrics.requests.labels(endpoint, language, domain, backend, status).inc()
+        self.metrics.requests_of(endpoint, language, domain, backend, status).inc()
 
-    def observe_acceptance(self, key: tuple[str, str, str], spec: Mapping[str, Any] | None, completion_tokens: int) -> None:
-        for store in (self.cumulative, self.pending):
-            store.setdefault(key, Agg()).add(spec, completion_tokens)
+    def observe_acceptance(self, key: Key, spec: Mapping[str, Any] | None, completion_tokens: int) -> None:
+        counts = spec_counts(spec)
+        stores = [self.cumulative, self.pending] if self._live is None else [self.cumulative, self.pending, self._live]
+        for store in stores:
+            agg = store.get(key)
+            if agg is None:
+                agg = store[key] = Agg()
+            agg.add(counts, completion_tokens)
         m = self.metrics
-        m.completion_tokens.labels(*key).inc(completion_tokens)
-        if not spec:
+        m.completion_tokens_of(*key).inc(completion_tokens)
+        if counts is None:
             return
-        probe = Agg()
-        probe.add(spec, 0)
-        m.spec_steps.labels(*key).inc(probe.num_spec_steps)
-        m.draft_tokens.labels(*key).inc(probe.num_draft_tokens)
-        m.accepted.labels(*key).inc(probe.num_accepted_tokens)
-        for pos, n in enumerate(probe.accepted_per_pos):
-            m.accepted_pos.labels(*key, str(pos)).inc(n)
+        m.spec_steps_of(*key).inc(counts.num_spec_steps)
+        m.draft_tokens_of(*key).inc(counts.num_draft_tokens)
+        m.accepted_of(*key).inc(counts.num_accepted_tokens)
+        for pos, n in enumerate(counts.accepted_per_pos):
+            m.accepted_pos_of(*key, str(pos)).inc(n)
+
+    def set_shared(self, rows: dict[Key, LiveRow]) -> None:
+        self.shared = rows
+        self._live = None
 
     def take_pending(self) -> list[LiveRow]:
         rows = [agg.row(key) for key, agg in self.pending.items()]
         self.pending = {}
+        self._live = None
         return rows
 
     def restore_pending(self, rows: list[LiveRow]) -> None:
         """A flush failed: put its deltas back so the next flush carries them."""
         merged = merge_rows(rows, (agg.row(k) for k, agg in self.pending.items()))
-        self.pending = {}
-        for key, row in merged.items():
-            self.pending[key] = Agg(row.requests, row.completion_tokens, row.num_spec_steps,
-                                    row.num_draft_tokens, row.num_accepted_tokens, list(row.accepted_per_pos))
+        self.pending = {key: Agg.of(row) for key, row in merged.items()}
+        self._live = None
 
-    def live_lookup(self) -> dict[tuple[str, str, str], LiveRow]:
-        """What the policy blends: the registry's totals (all routers) plus this router's unflushed deltas."""
-        return merge_rows(self.shared.values(), (agg.row(k) for k, agg in self.pending.items()))
+    def live_lookup(self) -> Mapping[Key, Agg]:
+        """What the policy blends: the registry's totals (all routers) plus this router's unflushed deltas.
+
+        Read-only for callers: the mapping is the router's own, updated in place as requests finish.
+        """
+        if self._live is None:
+            merged = merge_rows(self.shared.values(), (agg.row(k) for k, agg in self.pending.items()))
+            self._live = {key: Agg.of(row) for key, row in merged.items()}
+        return self._live
 
     def local_rows(self) -> list[LiveRow]:
         return [agg.row(key) for key, agg in sorted(self.cumulative.items())]
@@ -195,7 +265,7 @@ class Telemetry:
             "started_at": self.started_at,
             "flushed_at": self.flushed_at,
             "aggregates": [acceptance_summary(r) for r in self.local_rows()],
-            "shared_aggregates": [acceptance_summary(r) for _, r in sorted(self.live_lookup().items())],
+            "shared_aggregates": [acceptance_summary(agg.row(k)) for k, agg in sorted(self.live_lookup().items())],
             "traffic": [
                 {"language": lang, "domain": dom, "requests": n, "share": n / total if total else 0.0}
                 for (lang, dom), n in self.traffic.most_common()

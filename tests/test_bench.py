@@ -8,6 +8,8 @@ import json
 import httpx
 import pytest
 
+from bench.e2e_figures import LANGS, PLAN, SYSTEMS, identical_outputs, ratio_ci, summarize
+from bench.e2e_speedup import ENGINE_OF, ROUTERS, rotation
 from bench.fake_openai import FakeOpenAI
 from bench.langid import choose_threshold, cut_words, threshold_sweep
 from bench.load import reconcile, slope_mb_per_min
@@ -98,3 +100,58 @@ def test_fake_backend_streams_like_vllm() -> None:
     assert events[-1] == "data: [DONE]"
     assert [c["choices"][0]["finish_reason"] for c in chunks[:3]] == [None, None, "length"]
     assert chunks[3]["choices"] == [] and chunks[3]["usage"]["completion_tokens"] == 3
+
+
+def _e2e_row(system: str, prompt: str, tokens: int, seconds: float, hist: list[int] | None = None,
+             text: str = "t") -> dict:
+    return {"ok": True, "system": system, "language": "fr", "prompt_id": prompt, "tokens": tokens, "seconds": seconds,
+            "histogram": hist or [], "spec_steps": sum(hist or []), "misrouted": False, "backend": ENGINE_OF[system],
+            "text_sha1": text}
+
+
+def test_e2e_plan_sends_each_cell_to_the_engine_it_names() -> None:
+    for lang in LANGS:
+        assert set(PLAN[lang]) == set(SYSTEMS)
+        for system, router in PLAN[lang].items():
+            deployments = ROUTERS[router]
+            served = [e for e, langs, _ in deployments if lang in langs] or [e for e, _, d in deployments if d]
+            assert served[0] == ENGINE_OF[system], (lang, system, router)
+
+
+def test_e2e_rotation_puts_every_system_in_every_slot() -> None:
+    for slot in range(len(SYSTEMS)):
+        assert {rotation(i)[slot] for i in range(len(SYSTEMS))} == set(SYSTEMS)
+    assert all(sorted(rotation(i)) == sorted(SYSTEMS) for i in range(7))
+
+
+def test_e2e_summarize_acceptance_and_step_time() -> None:
+    # 2 requests, 10 tokens each; histogram [2, 1, 1, 1]: 5 steps, 6 accepted drafts -> MAL 2.2
+    rows = [_e2e_row("fr_draft", "a", 10, 1.0, [1, 1, 0, 1]), _e2e_row("fr_draft", "b", 10, 1.0, [1, 0, 1, 0])]
+    s = summarize(rows + [{**rows[0], "ok": False}], k=3)
+    assert (s["requests"], s["errors"], s["completion_tokens"], s["tokens_per_s"]) == (3, 1, 20, 10.0)
+    assert s["acceptance_histogram"] == [2, 1, 1, 1] and s["mean_acceptance_length"] == 2.2
+    assert s["acceptance_per_position"] == [0.6, 0.4, 0.2]
+    assert s["engine_steps"] == 2 + 5 and s["ms_per_engine_step"] == round(2000 / 7, 1)
+    plain = summarize([_e2e_row("no_spec", "a", 10, 0.5)], k=3)
+    assert plain["mean_acceptance_length"] is None and plain["engine_steps"] == 10 and plain["ms_per_engine_step"] == 50.0
+
+
+def test_e2e_ratio_is_paired_over_prompts_with_an_interval() -> None:
+    rows = []
+    for i, (fast, slow) in enumerate([(1.0, 2.0), (1.1, 2.0), (0.9, 2.0), (1.0, 2.2)]):
+        rows += [_e2e_row("fr_draft", f"p{i}", 20, fast), _e2e_row("en_draft", f"p{i}", 20, slow)]
+    rows.append(_e2e_row("fr_draft", "unpaired", 20, 100.0))  # no en_draft twin: left out
+    r = ratio_ci(rows, "fr", "fr_draft", "en_draft")
+    assert r["prompts"] == 4 and r["ratio"] == round((80 / 4.0) / (80 / 8.2), 3)
+    assert r["ci95"][0] <= r["ratio"] <= r["ci95"][1] and r["ci95"][0] > 1.5
+    assert ratio_ci(rows, "en", "fr_draft", "en_draft") == {"ratio": None, "prompts": 0}
+    assert "per_pass" not in r
+    again = [{**row, "repeat": 1, "seconds": row["seconds"] * (2 if row["system"] == "fr_draft" else 1)} for row in rows]
+    two = ratio_ci([{**row, "repeat": 0} for row in rows] + again, "fr", "fr_draft", "en_draft")
+    assert two["prompts"] == 4 and two["per_pass"] == [r["ratio"], round(r["ratio"] / 2, 3)]
+
+
+def test_e2e_identical_outputs_counts_prompts_where_all_systems_agree() -> None:
+    rows = [_e2e_row(s, "a", 1, 1.0, text="x") for s in SYSTEMS]
+    rows += [_e2e_row("fr_draft", "b", 1, 1.0, text="x"), _e2e_row("no_spec", "b", 1, 1.0, text="y")]
+    assert identical_outputs(rows, "fr") == {"prompts": 2, "identical": 1}

@@ -18,7 +18,8 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 
 from router.admin.auth import COOKIE_NAME, make_guard, presented_token
-from router.admin.summary import BackendStatus, LiveCounters, RegistryData, build_summary
+from router.admin.summary import BackendStatus, RegistryData, build_summary
+from router.table import LiveRow
 
 HERE = Path(__file__).resolve().parent
 STATIC_DIR = HERE / "static"
@@ -31,7 +32,7 @@ class AdminSources(Protocol):
     router_id: str
     threshold: float | None
 
-    def live_counters(self) -> list[LiveCounters]: ...
+    def live_counters(self) -> list[LiveRow]: ...
 
     def langid(self) -> tuple[list[float], list[int]]: ...  # bin edges, counts per bin
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from router.admin.summary import BackendStatus, LiveCounters, RegistryData
+from router.admin.summary import BackendStatus, RegistryData
+from router.table import LiveRow, to_live_row
 
 _registries: dict[str | None, Any] = {}
 _lock = threading.Lock()
@@ -36,16 +37,8 @@ def read_registry(url: str | None) -> RegistryData:
         return RegistryData(error=f"{type(exc).__name__}: {exc}")
 
 
-def live_counters(snapshot: dict[str, Any]) -> list[LiveCounters]:
-    return [
-        LiveCounters(
-            language=a["language"], domain=a.get("domain") or "general", draft=a.get("draft") or "none",
-            requests=int(a.get("requests", 0)), completion_tokens=int(a.get("completion_tokens", 0)),
-            num_spec_steps=int(a.get("num_spec_steps", 0)), num_accepted_tokens=int(a.get("num_accepted_tokens", 0)),
-            accepted_per_pos=tuple(int(x) for x in a.get("accepted_per_pos") or ()),
-        )
-        for a in snapshot.get("aggregates", [])
-    ]
+def live_counters(snapshot: dict[str, Any]) -> list[LiveRow]:
+    return [to_live_row(a) for a in snapshot.get("aggregates", [])]
 
 
 def backend_statuses(snapshot: dict[str, Any]) -> list[BackendStatus]:
@@ -95,7 +88,7 @@ class AppSources:
             self._snap = snapshot(self.runtime)
         return self._snap
 
-    def live_counters(self) -> list[LiveCounters]:
+    def live_counters(self) -> list[LiveRow]:
         return live_counters(self.snapshot())
 
     def langid(self) -> tuple[list[float], list[int]]:

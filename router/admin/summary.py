@@ -13,34 +13,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from models.langid import UNDETERMINED
+from router.table import LiveRow
+
 FROM_SCRATCH_PLAN = "from-scratch-custom-vocab"
 LANGID_EDGES = [round(i / 10, 1) for i in range(11)]
-
-
-@dataclass(frozen=True)
-class LiveCounters:
-    """Additive live counters for one (language, domain, draft), as the router's telemetry keeps them."""
-
-    language: str
-    domain: str
-    draft: str
-    requests: int = 0
-    completion_tokens: int = 0
-    num_spec_steps: int = 0
-    num_accepted_tokens: int = 0
-    accepted_per_pos: tuple[int, ...] = ()
-
-    @property
-    def acceptance(self) -> list[float] | None:
-        if self.num_spec_steps <= 0:
-            return None
-        return [n / self.num_spec_steps for n in self.accepted_per_pos]
-
-    @property
-    def mean_acceptance_length(self) -> float | None:
-        if self.num_spec_steps <= 0:
-            return None
-        return 1.0 + self.num_accepted_tokens / self.num_spec_steps
 
 
 @dataclass(frozen=True)
@@ -93,14 +70,16 @@ def langid_histogram(confidences: Iterable[float], edges: Sequence[float] = LANG
     return counts
 
 
-def _merge(rows: Iterable[LiveCounters], language: str, k: int) -> LiveCounters:
+def _merge(rows: Iterable[LiveRow], language: str, k: int) -> LiveRow:
     per_pos = [0] * k
-    req = tok = steps = acc = 0
+    req = tok = steps = drafted = acc = 0
     for r in rows:
-        req, tok, steps, acc = req + r.requests, tok + r.completion_tokens, steps + r.num_spec_steps, acc + r.num_accepted_tokens
+        req, tok, steps = req + r.requests, tok + r.completion_tokens, steps + r.num_spec_steps
+        drafted, acc = drafted + r.num_draft_tokens, acc + r.num_accepted_tokens
         for i, n in enumerate(r.accepted_per_pos[:k]):
             per_pos[i] += n
-    return LiveCounters(language, "*", "*", req, tok, steps, acc, tuple(per_pos))
+    return LiveRow(language, "*", "*", requests=req, completion_tokens=tok, num_spec_steps=steps,
+                   num_draft_tokens=drafted, num_accepted_tokens=acc, accepted_per_pos=tuple(per_pos))
 
 
 def _offline_index(evaluations: Iterable[Any]) -> dict[tuple[str, str], Any]:
@@ -116,9 +95,9 @@ def _offline_index(evaluations: Iterable[Any]) -> dict[tuple[str, str], Any]:
 
 
 def _language_rows(
-    live: list[LiveCounters], offline: dict, k: int, traffic: Mapping[str, int] | None
+    live: list[LiveRow], offline: dict, k: int, traffic: Mapping[str, int] | None
 ) -> list[dict[str, Any]]:
-    by_lang: dict[str, list[LiveCounters]] = defaultdict(list)
+    by_lang: dict[str, list[LiveRow]] = defaultdict(list)
     for r in live:
         by_lang[r.language].append(r)
     # Routed requests per language: the router's decision counter when given (it also counts requests
@@ -127,7 +106,7 @@ def _language_rows(
     total = sum(requests.values())
     out = []
     for code in sorted(set(by_lang) | set(requests), key=lambda c: (-requests.get(c, 0), c)):
-        rows = by_lang.get(code) or [LiveCounters(code, "general", "none")]
+        rows = by_lang.get(code) or [LiveRow(code, "general", "none")]
         merged = _merge(rows, code, k)
         # Offline reference: the evaluation of the draft that served most of this language's speculative steps.
         main = max(rows, key=lambda r: (r.num_spec_steps, r.requests))
@@ -147,7 +126,7 @@ def _language_rows(
     return out
 
 
-def _live_rows(live: list[LiveCounters], offline: dict) -> list[dict[str, Any]]:
+def _live_rows(live: list[LiveRow], offline: dict) -> list[dict[str, Any]]:
     rows = []
     for r in sorted(live, key=lambda r: (r.language, r.draft, r.domain)):
         ev = _offline_for(offline, r.draft, r.language)
@@ -197,7 +176,7 @@ def _draft_rows(reg: RegistryData, offline: dict, languages_seen: Iterable[str])
 def build_summary(
     *,
     router_id: str,
-    live: Sequence[LiveCounters],
+    live: Sequence[LiveRow],
     langid_counts: Sequence[int],
     langid_edges: Sequence[float] = LANGID_EDGES,
     traffic: Mapping[str, int] | None = None,
@@ -231,6 +210,7 @@ def build_summary(
              "draft": b.draft, "is_default": b.is_default, "detail": b.detail}
             for b in backends
         ],
-        "drafts": _draft_rows(registry, offline, [lang["code"] for lang in languages]),
+        # "und" (prompts langid was not sure of) is a traffic bucket, not a language drafts are made for.
+        "drafts": _draft_rows(registry, offline, [lang["code"] for lang in languages if lang["code"] != UNDETERMINED]),
         "registry_error": registry.error,
     }

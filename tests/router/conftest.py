@@ -13,7 +13,7 @@ import httpx
 import pytest
 import uvicorn
 
-from tests.router.fakes import free_port
+from tests.router.fakes import BrokenEngine, free_port
 
 
 class ServedApp:
@@ -90,8 +90,91 @@ def add_draft(reg: Any, path: Path, verifier_name: str, name: str, languages: li
     return f"{rec.name}@{rec.version}"
 
 
+SERVED = "smollm2"  # the model name the real engines serve
+
+
+@pytest.fixture(scope="session")
+def engine_processes(verifier, tmp_path_factory):
+    """Two real vLLM engines, started once per session: lang -> VllmEngine, the shipped English base and
+    French drafts (trained, so acceptance is non-zero and the telemetry comparison is not vacuous);
+    1 unpinned OpenMP thread each (2-core machine). test_faults_engines.py kills and restarts the
+    French one on its port; every other test sees them as started."""
+    from models.shipped import shipped_for_language
+    from models.vllm_engine import EngineSpec, VllmEngine
+
+    root = tmp_path_factory.mktemp("router-engines")
+    running: dict[str, VllmEngine] = {}
+    try:
+        for lang in ("en", "fr"):
+            spec = EngineSpec(verifier=verifier.path, draft=shipped_for_language(verifier.name, lang).path,
+                              served_model_name=SERVED, cpu_bind="nobind", threads=1, kv_cache_gib=1,
+                              max_model_len=1024)
+            running[lang] = VllmEngine(spec, root / f"{lang}.log").start()
+        for engine in running.values():
+            engine.wait_ready(timeout=900, progress=False)
+        yield running
+    finally:
+        for engine in running.values():
+            engine.stop()
+
+
+@pytest.fixture(scope="session")
+def engines(engine_processes) -> dict[str, tuple[str, Path]]:
+    """lang -> (engine URL, draft directory)."""
+    return {lang: (engine.url, engine.spec.draft) for lang, engine in engine_processes.items()}
+
+
+@pytest.fixture()
+def deployed(registry, verifier, engines):
+    """en engine = default pool, fr engine = the French pool; returns lang -> (deployment, draft ref, url)."""
+    refs = {}
+    for lang, (url, draft) in engines.items():
+        ref = add_draft(registry, draft, verifier.name, f"{lang}-draft", [lang], {lang: 1.5})
+        registry.deploy(ref, name=f"{lang}-engine", url=url, default=(lang == "en"))
+        refs[lang] = (f"{lang}-engine", ref, url)
+    return refs
+
+
 def chat(url: str, text: str, *, model: str = "polyspec", headers: dict[str, str] | None = None,
          timeout: float = 120, **extra: Any) -> httpx.Response:
     body = {"model": model, "messages": [{"role": "user", "content": text}], "max_tokens": 8, "temperature": 0}
     body.update(extra)
     return httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers or {}, timeout=timeout)
+
+
+def wait_for(condition: Any, timeout: float, step: float = 0.1) -> bool:
+    """Poll ``condition()`` until it is true or ``timeout`` seconds have passed; its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(step)
+    return bool(condition())
+
+
+def openai_error(resp: httpx.Response, status: int) -> dict:
+    """Assert an OpenAI-style error ``{"error": {"message", "type", "param", "code"}}`` with this status."""
+    assert resp.status_code == status, resp.text
+    body = resp.json()
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    assert body["error"]["message"]
+    return body["error"]
+
+
+@pytest.fixture()
+def error500(registry):
+    """The default (English) pool is one engine that answers every completion with HTTP 500."""
+    with BrokenEngine("error500") as fake:
+        registry.deploy(None, name="broken", url=fake.url, languages=["en"], default=True)
+        yield fake
+
+
+@pytest.fixture()
+def no_token(monkeypatch):
+    """No admin token configured: /admin answers loopback clients (every test client here) only."""
+    from polyspec.settings import reset_settings_cache
+
+    monkeypatch.delenv("POLYSPEC_ADMIN_TOKEN", raising=False)
+    reset_settings_cache()
+    yield
+    reset_settings_cache()

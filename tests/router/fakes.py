@@ -6,7 +6,11 @@ to pass health checks, then fails every completion request in the chosen way:
 - ``crash``: closes the connection after reading the request, before any response byte;
 - ``error500``: answers 500 with an error body;
 - ``hang``: never answers;
-- ``drop``: starts a 200 SSE stream, sends two chunks, then cuts the connection.
+- ``drop``: starts a 200 SSE stream, sends two chunks, then cuts the connection;
+- ``flood``: starts a 200 SSE stream and writes events as fast as the socket takes them, up to
+  ``FLOOD_BYTES`` (a runaway stream far faster than any client reads; a CPU vLLM makes ~18 tokens/s,
+  too slow to show back-pressure). ``flood_sent[i]``: bytes of the i-th stream the router (and the
+  kernel's socket buffers) took so far.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ import threading
 from contextlib import closing
 
 MODEL_ID = "broken-engine-model"
-MODES = ("crash", "error500", "hang", "drop")
+MODES = ("crash", "error500", "hang", "drop", "flood")
+FLOOD_BYTES = 512 * 1024 * 1024
 
 
 def free_port() -> int:
@@ -46,6 +51,7 @@ class BrokenEngine:
         self.last_body: dict | None = None  # the completion request as the router forwarded it
         self.last_headers: dict[str, str] = {}
         self.connections_closed_by_peer = 0
+        self.flood_sent: list[int] = []  # flood: bytes per stream, as far as the socket took them
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._ready = threading.Event()
@@ -60,6 +66,11 @@ class BrokenEngine:
         self._server = self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", self.port))
         self._ready.set()
         self._loop.run_forever()
+        # Let the cancelled connection handlers finish inside the loop, then close it: a handler left
+        # pending would run its ``finally`` at garbage collection, on a closed loop.
+        pending = asyncio.all_tasks(self._loop)
+        self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        self._loop.close()
 
     def __enter__(self) -> BrokenEngine:
         self._thread.start()
@@ -130,3 +141,16 @@ class BrokenEngine:
                 await writer.drain()
             await asyncio.sleep(0.05)
             writer.transport.abort()
+        elif self.mode == "flood":
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+            event = {"id": "x", "object": "chat.completion.chunk", "model": self.model_id,
+                     "choices": [{"index": 0, "delta": {"content": "flood " * 100}, "finish_reason": None}]}
+            block = _chunk(f"data: {json.dumps(event)}\n\n".encode() * 64)  # ~40 KB of events per write
+            stream = len(self.flood_sent)
+            self.flood_sent.append(0)
+            while self.flood_sent[stream] < FLOOD_BYTES:
+                writer.write(block)
+                await writer.drain()  # blocks while the router reads nothing: back-pressure
+                self.flood_sent[stream] += len(block)
+            writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+            await writer.drain()

@@ -84,16 +84,6 @@ def make_app(registry_url: str, **overrides):
 
 
 @pytest.fixture()
-def no_token(monkeypatch):
-    from polyspec.settings import reset_settings_cache
-
-    monkeypatch.delenv("POLYSPEC_ADMIN_TOKEN", raising=False)
-    reset_settings_cache()
-    yield
-    reset_settings_cache()
-
-
-@pytest.fixture()
 def with_token(monkeypatch):
     from polyspec.settings import reset_settings_cache
 

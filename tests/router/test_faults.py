@@ -11,23 +11,8 @@ import json
 import httpx
 import pytest
 
-from tests.router.conftest import chat, serve_router
+from tests.router.conftest import chat, openai_error as _error, serve_router
 from tests.router.fakes import MODEL_ID, BrokenEngine, free_port
-
-
-def _error(resp: httpx.Response, status: int) -> dict:
-    assert resp.status_code == status, resp.text
-    body = resp.json()
-    assert set(body["error"]) == {"message", "type", "param", "code"}
-    assert body["error"]["message"]
-    return body["error"]
-
-
-@pytest.fixture()
-def error500(registry):
-    with BrokenEngine("error500") as fake:
-        registry.deploy(None, name="broken", url=fake.url, languages=["en"], default=True)
-        yield fake
 
 
 def test_every_replica_down_gives_503(registry, registry_url):
@@ -85,26 +70,54 @@ def test_drop_mid_stream_ends_with_clean_sse_error(registry, registry_url):
     assert events[3] == "data: [DONE]" and len(events) == 4
 
 
+CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
+HI = b'"messages": [{"role": "user", "content": "hi"}]'
+
+
 @pytest.mark.parametrize(
-    ("content", "headers", "status", "param"),
+    ("path", "content", "headers", "status", "param"),
     [
-        (b'{"model": "polyspec", "messages": [', {}, 400, None),
-        (b'{"model": "polyspec", "messages": [{"role": "user", "content": "caf\xe9"}]}', {}, 400, None),
-        (b'{"model": "polyspec"}', {}, 400, "messages"),
-        (b'{"model": "polyspec", "messages": []}', {}, 400, "messages"),
-        (b'["not", "an", "object"]', {}, 400, None),
-        (b'{"messages": [{"role": "user", "content": "hi"}]}', {}, 400, "model"),
-        (b'{"model": "gpt-17", "messages": [{"role": "user", "content": "hi"}]}', {}, 404, "model"),
+        (CHAT, b'{"model": "polyspec", "messages": [', {}, 400, None),
+        (CHAT, b'{"model": "polyspec", "messages": [{"role": "user", "content": "caf\xe9"}]}', {}, 400, None),
+        (COMPLETIONS, b'{"model": "polyspec", "prompt": "caf\xe9 \xff\xfe"}', {}, 400, None),
+        (CHAT, b'{"model": "polyspec"}', {}, 400, "messages"),
+        (CHAT, b'{"model": "polyspec", "messages": []}', {}, 400, "messages"),
+        (CHAT, b'{"model": "polyspec", "messages": "hi"}', {}, 400, "messages"),
+        (CHAT, b'{"model": "polyspec", "messages": ["hi"]}', {}, 400, "messages"),
+        (CHAT, b'["not", "an", "object"]', {}, 400, None),
+        (CHAT, b'{' + HI + b'}', {}, 400, "model"),
+        (CHAT, b'{"model": 7, ' + HI + b'}', {}, 400, "model"),
+        (CHAT, b'{"model": "gpt-17", ' + HI + b'}', {}, 404, "model"),
+        (COMPLETIONS, b'{"model": "polyspec", "prompt": {"text": "hi"}}', {}, 400, "prompt"),
+        # Each of these used to escape as a plain-text 500 (or a dropped connection): JSON that json.loads
+        # refuses with something other than JSONDecodeError, text no UTF-8 encoder takes, content parts
+        # with non-string text, and pinned routing values that cannot go into a response header.
+        (CHAT, b'{"model": "polyspec", "messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", {}, 400, None),
+        (CHAT, b'{"model": "polyspec", "max_tokens": ' + b"9" * 5000 + b", " + HI + b"}", {}, 400, None),
+        (CHAT, b'{"model": "polyspec", "messages": [{"role": "user", "content": "hi \\ud800"}]}', {}, 400, None),
+        (COMPLETIONS, b'{"model": "polyspec", "prompt": "\\udc00 lone"}', {}, 400, None),
+        (CHAT, b'{"model": "polyspec", "messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}',
+         {}, 502, None),  # nothing to classify: default pool, and the engine judges the content
+        (CHAT, b'{"model": "polyspec", "polyspec": {"language": "fr\\r\\nX-Evil: 1"}, ' + HI + b"}", {}, 400,
+         "polyspec.language"),
+        (CHAT, b'{"model": "polyspec", "polyspec": {"domain": "\xd0\xba\xd0\xbe\xd0\xb4"}, ' + HI + b"}", {}, 400,
+         "polyspec.domain"),
+        (CHAT, b'{"model": "polyspec", ' + HI + b"}", {"X-Polyspec-Language": "x" * 300}, 400, "X-Polyspec-Language"),
     ],
-    ids=["bad-json", "invalid-utf8", "missing-messages", "empty-messages", "not-object", "missing-model",
-         "unknown-model"],
+    ids=["bad-json", "invalid-utf8", "invalid-utf8-completions", "missing-messages", "empty-messages",
+         "messages-not-list", "message-not-object", "not-object", "missing-model", "model-not-string",
+         "unknown-model", "prompt-not-text", "nested-100k", "int-5000-digits", "lone-surrogate",
+         "lone-surrogate-completions", "text-part-not-string", "pinned-language-crlf", "pinned-domain-cyrillic",
+         "pinned-language-300-chars"],
 )
-def test_bad_chat_requests(error500, registry_url, content, headers, status, param):
-    with serve_router(registry_url) as router:
-        resp = httpx.post(f"{router.url}/v1/chat/completions", content=content,
+def test_bad_requests(error500, registry_url, path, content, headers, status, param):
+    """Every malformed request gets an OpenAI-style error; only a well-formed one may reach an engine."""
+    with serve_router(registry_url, fail_threshold=100) as router:
+        resp = httpx.post(f"{router.url}{path}", content=content,
                           headers={"content-type": "application/json", **headers})
         assert _error(resp, status)["param"] == param
-        assert error500.completion_requests == 0  # nothing bad reached an engine
+        assert error500.completion_requests == (1 if status == 502 else 0)
+        assert not any(k.startswith("x-polyspec") or "evil" in k for k in resp.headers)
 
 
 def test_oversized_body_413_and_missing_prompt_400(error500, registry_url):
@@ -118,3 +131,35 @@ def test_oversized_body_413_and_missing_prompt_400(error500, registry_url):
         models = httpx.get(f"{router.url}/v1/models").json()
         assert {m["id"] for m in models["data"]} == {"polyspec", MODEL_ID}
     assert error500.completion_requests == 0
+
+
+def test_registry_source_never_recreates_a_deleted_sqlite_file(registry, registry_url, tmp_path):
+    """An open SQLite connection goes on reading a deleted file; the router's source must notice instead, keep
+    failing (the router then keeps its last table) without creating an empty registry, and read the file
+    again once it is restored (the same under a router: test_faults_engines.py)."""
+    import shutil
+    import sqlite3
+    from contextlib import closing
+    from pathlib import Path
+
+    from router.table import RegistrySource
+
+    registry.deploy(None, name="en-1", url="http://127.0.0.1:9", languages=["en"], default=True)
+    path = Path(registry_url.removeprefix("sqlite:///"))
+    source = RegistrySource(registry_url)
+    assert [d.name for d in source.deployments()] == ["en-1"]
+    backup = sqlite3.connect(tmp_path / "backup.db")
+    with closing(sqlite3.connect(path)) as live, closing(backup):
+        live.backup(backup)  # WAL content included
+    for suffix in ("", "-wal", "-shm"):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
+    for _ in range(2):
+        with pytest.raises(FileNotFoundError, match="missing"):
+            source.deployments()
+    assert not path.exists()
+    shutil.copy(tmp_path / "backup.db", path)
+    from registry import open_registry
+
+    with open_registry(registry_url) as reg:
+        reg.deploy(None, name="fr-1", url="http://127.0.0.1:10", languages=["fr"])
+    assert sorted(d.name for d in source.deployments()) == ["en-1", "fr-1"]

@@ -1,0 +1,141 @@
+"""Plain-ASGI plumbing of the completion endpoints: body, headers, responses and client disconnects.
+
+The two completion endpoints carry all the traffic, so they skip FastAPI's routing, dependency
+injection, exception middleware and request/response objects: under the router benchmark those layers
+cost more CPU per request than the proxying itself. `HotPath` sends them straight to the proxy; every
+other path goes on to the FastAPI app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from router.errors import BodyTooLarge, RouterError
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+Handler = Callable[[Scope, Receive, Send, str], Awaitable[None]]
+
+HOT_PATHS = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+
+
+class ClientDisconnected(Exception):
+    """The client went away while its request body was still being read."""
+
+
+class HotPath:
+    """ASGI middleware: POST /v1/chat/completions and /v1/completions go to ``handler(scope, receive, send,
+    kind)``, everything else to ``app``."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]], handler: Handler) -> None:
+        self.app = app
+        self.handler = handler
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            kind = HOT_PATHS.get(scope["path"])
+            if kind is not None:
+                await self.handler(scope, receive, send, kind)
+                return
+        await self.app(scope, receive, send)
+
+
+class Endpoint:
+    """The same handler as an ASGI endpoint for a Starlette Route (reached only if HotPath is bypassed)."""
+
+    def __init__(self, handler: Handler, kind: str) -> None:
+        self.handler = handler
+        self.kind = kind
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.handler(scope, receive, send, self.kind)
+
+
+def request_headers(scope: Scope) -> dict[str, str]:
+    """Header names lower-cased, values decoded as Latin-1 (as Starlette does); a repeated header keeps
+    its last value."""
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+
+
+async def read_body(receive: Receive, declared: str | None, limit: int) -> bytes:
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(f"Request body is {declared} bytes; the limit is {limit}.")
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnected()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"Request body exceeds the limit of {limit} bytes.")
+        if not message.get("more_body", False):
+            if not chunks:
+                return chunk  # the usual case: the whole body in one message
+            chunks.append(chunk)
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def content_type(value: str | None, default: str) -> bytes:
+    """Starlette's rule, kept so responses look as they did: text/* types get a charset."""
+    value = value or default
+    if value.startswith("text/") and "charset=" not in value.lower():
+        value += "; charset=utf-8"
+    return value.encode("latin-1")
+
+
+async def send_response(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+    headers.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_error(scope: Scope, receive: Receive, send: Send, exc: RouterError) -> None:
+    await exc.response()(scope, receive, send)
+
+
+class DisconnectWatch:
+    """Cancels the request's task when the client disconnects before its response is complete.
+
+    One watcher task per request, for its whole life: while the router waits for an engine (streamed
+    or not) and while it relays a stream. Cancelling is what closes the engine connection, which makes
+    vLLM abort the request, and what releases the replica's in-flight slot. ``send`` must be used for
+    every response message: it marks the end of the response before the server signals it, so the
+    watcher never mistakes a completed response for a disconnect.
+    """
+
+    def __init__(self, receive: Receive, send: Send) -> None:
+        self.gone = False
+        self._finished = False
+        self._send = send
+        self._task = asyncio.current_task()
+        self._watcher = asyncio.ensure_future(self._watch(receive))
+
+    async def _watch(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if not self._finished and self._task is not None:
+            self.gone = True
+            self._task.cancel()
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            self._finished = True
+        await self._send(message)
+
+    def swallow(self) -> bool:
+        """In an ``except CancelledError``: True (and the cancellation undone) if it was this watcher's."""
+        if not self.gone or self._task is None:
+            return False
+        self._task.uncancel()
+        return True
+
+    def stop(self) -> None:
+        self._finished = True
+        self._watcher.cancel()

@@ -1,0 +1,132 @@
+"""One request's bookkeeping, shared by the unary and the streamed path: the job, the payload each
+engine gets, failed attempts, the final error, and what telemetry records about the outcome."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import msgspec
+
+from router.classify import Decision, encode_body
+from router.errors import RouterError, UpstreamFailed, UpstreamTimeout
+from router.policy import Target
+from router.runtime import RouterRuntime
+from router.upstream import is_timeout
+
+PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+PASSED_UPSTREAM_HEADERS = ("x-request-id",)
+R = TypeVar("R", bound="Reported")
+
+
+@dataclass
+class Job:
+    kind: str
+    decision: Decision
+    targets: list[Target]
+    body: dict[str, Any]
+    strict_json: bool  # msgspec may re-encode the body (see classify.decode_body)
+    alias: bool  # the client named a router alias: each engine gets its own model id
+    headers: dict[str, str]
+    stream: bool
+    client_usage: bool
+    started: float
+    recorded: bool = field(default=False, init=False)
+
+    @property
+    def endpoint(self) -> str:
+        return PATHS[self.kind]
+
+
+def router_headers(decision: Decision, target: Target, upstream: Mapping[str, str] | None = None) -> list[tuple[bytes, bytes]]:
+    passed = [(k.encode(), upstream[k].encode("latin-1")) for k in PASSED_UPSTREAM_HEADERS
+              if upstream is not None and k in upstream]
+    return passed + [
+        (b"x-polyspec-language", decision.language.encode("latin-1")),
+        (b"x-polyspec-confidence", f"{decision.confidence:.4f}".encode()),
+        (b"x-polyspec-domain", decision.domain.encode("latin-1")),
+        (b"x-polyspec-backend", target.replica.name.encode("latin-1")),
+        (b"x-polyspec-draft", target.pool.draft.encode("latin-1")),
+    ]
+
+
+def payload(rt: RouterRuntime, job: Job, target: Target) -> bytes:
+    body = job.body
+    engine_model = rt.backends.model_for(target.replica.url) if job.alias else None
+    if engine_model:
+        body = dict(body)
+        body["model"] = engine_model
+    return encode_body(body, job.strict_json)
+
+
+def fail(rt: RouterRuntime, target: Target, reason: str, detail: str) -> None:
+    rt.telemetry.metrics.upstream_errors_of(target.replica.name, reason).inc()
+    rt.backends.record_failure(target.replica.url, f"{reason}: {detail}")
+
+
+def attempt_failed(rt: RouterRuntime, target: Target, errors: list[tuple[str, str]], exc: BaseException) -> None:
+    """An engine could not be reached or broke before answering: note it, count it, try the next one."""
+    if is_timeout(exc):
+        errors.append((target.replica.name, f"timeout ({type(exc).__name__})"))
+        fail(rt, target, "timeout", type(exc).__name__)
+    else:
+        errors.append((target.replica.name, f"{type(exc).__name__}: {exc}"))
+        fail(rt, target, "connection", type(exc).__name__)
+
+
+def give_up(errors: list[tuple[str, str]]) -> RouterError:
+    summary = "; ".join(f"{name}: {what}" for name, what in errors)
+    if errors and errors[-1][1].startswith("timeout"):
+        return UpstreamTimeout(f"The engine did not answer in time ({summary}).")
+    return UpstreamFailed(f"Every attempt failed ({summary}).")
+
+
+def record(rt: RouterRuntime, job: Job, target: Target | None, status: str, spec: Any = None, tokens: int = 0) -> None:
+    job.recorded = True
+    backend = target.replica.name if target else "none"
+    d = job.decision
+    language = d.stats_language
+    rt.telemetry.observe_result(job.endpoint, language, d.domain, backend, status)
+    rt.telemetry.metrics.latency_of(job.endpoint, "true" if job.stream else "false").observe(time.perf_counter() - job.started)
+    if target is not None and status == "ok":
+        rt.telemetry.observe_acceptance((language, d.domain, target.pool.draft), spec, tokens)
+
+
+class Reported(msgspec.Struct):
+    """The two fields of a completion (or a stream's usage chunk) the router reads; decoding into this
+    skips everything else of the response without building it."""
+
+    usage: Any = None
+    metrics: Any = None
+
+
+def reported_telemetry(reported: Reported) -> tuple[Any, int]:
+    """(``metrics.speculative_decoding``, completion tokens); (None, 0) for anything malformed."""
+    metrics = reported.metrics if isinstance(reported.metrics, dict) else {}
+    usage = reported.usage if isinstance(reported.usage, dict) else {}
+    try:
+        return metrics.get("speculative_decoding"), int(usage.get("completion_tokens") or 0)
+    except (ValueError, TypeError):
+        return metrics.get("speculative_decoding"), 0
+
+
+def decode_reported(data: bytes, kind: type[R]) -> R | None:
+    """``data`` decoded into the struct ``kind``; None when it is not a JSON object. Non-strict JSON
+    (NaN and the like, which msgspec refuses) is still read, through ``json``."""
+    try:
+        return msgspec.json.decode(data, type=kind)
+    except msgspec.MsgspecError:
+        pass
+    try:
+        obj = json.loads(data)
+        return msgspec.convert(obj, kind) if isinstance(obj, dict) else None
+    except (ValueError, msgspec.MsgspecError):
+        return None
+
+
+def completion_telemetry(content: bytes) -> tuple[Any, int]:
+    reported = decode_reported(content, Reported)
+    return reported_telemetry(reported) if reported is not None else (None, 0)

@@ -1,0 +1,170 @@
+"""Streamed completions: open the engine's SSE stream (failing over until its first byte), then relay it.
+
+Events pass through unchanged, except the final usage chunk (``"choices": []`` with ``usage``): the
+router always asks vLLM for it, because that is where a stream's acceptance figures are, reads it, and
+drops it again when the client did not ask for usage. Back-pressure is end to end: the next engine
+chunk is read only after the client's socket took the last one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import aiohttp
+import msgspec
+
+from router.asgi import Send, content_type, send_response
+from router.errors import sse_error
+from router.job import (
+    Job, Reported, attempt_failed, decode_reported, fail, give_up, payload, record, reported_telemetry, router_headers,
+)
+from router.policy import Target
+from router.runtime import RouterRuntime
+from router.upstream import UPSTREAM_ERRORS, is_timeout
+
+_USAGE = b'"usage"'
+_DONE = b"data: [DONE]\n\n"
+
+
+class _Usage(Reported):
+    usage: Any = msgspec.UNSET  # present (even null) or not: only a chunk carrying the key is the usage chunk
+    choices: Any = msgspec.UNSET
+
+
+def usage_event(event: bytes) -> tuple[Any, int] | None:
+    """The telemetry of the final usage chunk; None for any other event."""
+    if _USAGE not in event or not event.startswith(b"data: {"):
+        return None
+    chunk = decode_reported(event[6:], _Usage)
+    if chunk is None or chunk.choices != [] or chunk.usage is msgspec.UNSET:
+        return None
+    return reported_telemetry(chunk)
+
+
+class EventSplitter:
+    """Cuts the byte stream into SSE events as the relay always has (at each ``\\n\\n``, leftmost first)
+    and lets the complete ones through, all of a chunk at once, minus an unasked-for usage chunk."""
+
+    def __init__(self, client_usage: bool) -> None:
+        self.client_usage = client_usage
+        self.rest = b""
+        self.telemetry: tuple[Any, int] = (None, 0)
+
+    def feed(self, data: bytes) -> bytes:
+        buffer = self.rest + data if self.rest else data
+        end = 0
+        while (cut := buffer.find(b"\n\n", end)) >= 0:
+            end = cut + 2
+        complete, self.rest = buffer[:end], buffer[end:]
+        if _USAGE not in complete:  # every event but the last of a stream
+            return complete
+        return b"".join(self._filter(complete))
+
+    def _filter(self, complete: bytes) -> list[bytes]:
+        kept, start = [], 0
+        while (cut := complete.find(b"\n\n", start)) >= 0:
+            event, start = complete[start: cut + 2], cut + 2
+            usage = usage_event(event)
+            if usage is not None:
+                self.telemetry = usage
+                if not self.client_usage:
+                    continue
+            kept.append(event)
+        return kept
+
+
+async def _open(rt: RouterRuntime, job: Job, target: Target, errors: list[tuple[str, str]]) -> Any:
+    """Send the request and wait for its first body byte: (response, first bytes), an error response
+    of the engine to pass on (status < 500, as (status, headers, body)), or None to try the next replica."""
+    try:
+        resp = await rt.backends.upstream.post(target.replica.url + job.endpoint, payload(rt, job, target), job.headers)
+    except UPSTREAM_ERRORS as exc:
+        attempt_failed(rt, target, errors, exc)
+        return None
+    try:
+        if resp.status >= 400:
+            content = await resp.read()
+            if resp.status >= 500:
+                errors.append((target.replica.name, f"HTTP {resp.status}"))
+                fail(rt, target, f"http_{resp.status}", content.decode(errors="replace")[:200])
+                return None
+            headers = router_headers(job.decision, target, resp.headers)
+            headers.append((b"content-type", content_type(resp.headers.get("content-type"), "application/json")))
+            return resp.status, headers, content
+        first = await resp.content.readany()
+    except UPSTREAM_ERRORS as exc:
+        resp.close()
+        timeout = is_timeout(exc)
+        errors.append((target.replica.name, ("timeout " if timeout else "") + f"before first byte ({type(exc).__name__})"))
+        fail(rt, target, "timeout" if timeout else "early_close", type(exc).__name__)
+        return None
+    except BaseException:
+        resp.close()  # cancelled (the client left): closing is what makes vLLM abort
+        raise
+    if not first:
+        resp.close()
+        errors.append((target.replica.name, "before first byte (empty body)"))
+        fail(rt, target, "early_close", "empty body")
+        return None
+    return resp, first
+
+
+async def stream(rt: RouterRuntime, job: Job, send: Send) -> None:
+    errors: list[tuple[str, str]] = []
+    for target in job.targets:
+        url = target.replica.url
+        rt.backends.acquire(url)
+        try:  # released however the attempt ends, a client disconnect before the first byte included
+            opened = await _open(rt, job, target, errors)
+            if opened is None:
+                continue
+            if len(opened) == 3:
+                status, headers, content = opened
+                record(rt, job, target, f"http_{status}")
+                await send_response(send, status, headers, content)
+                return
+            rt.telemetry.metrics.ttfb_of(job.endpoint, "true").observe(time.perf_counter() - job.started)
+            await _relay(rt, job, target, *opened, send)
+            return
+        finally:
+            rt.backends.release(url)
+    record(rt, job, None, "upstream_failed")
+    raise give_up(errors)
+
+
+async def _relay(rt: RouterRuntime, job: Job, target: Target, resp: aiohttp.ClientResponse, first: bytes,
+                 send: Send) -> None:
+    events = EventSplitter(job.client_usage)
+    status, done, data = "router_error", False, first  # "router_error": anything unforeseen cut it short
+    try:
+        headers = router_headers(job.decision, target, resp.headers)
+        headers += [(b"cache-control", b"no-cache"),
+                    (b"content-type", content_type(resp.headers.get("content-type"), "text/event-stream"))]
+        await send({"type": "http.response.start", "status": resp.status, "headers": headers})
+        while data:
+            if out := events.feed(data):
+                await send({"type": "http.response.body", "body": out, "more_body": True})
+                done = out.endswith(_DONE)
+            data = await resp.content.readany()
+        if events.rest:
+            await send({"type": "http.response.body", "body": events.rest, "more_body": True})
+        status = "ok"
+    except UPSTREAM_ERRORS as exc:
+        status = "stream_error"
+        fail(rt, target, "stream_drop", type(exc).__name__)
+        message = sse_error(f"The engine connection broke mid-stream ({type(exc).__name__}).")
+        await send({"type": "http.response.body", "body": message, "more_body": True})
+    except asyncio.CancelledError:
+        # A client may hang up as soon as it has [DONE] (the openai client does), before the engine's
+        # end of stream reaches the router: that request was served in full.
+        status = "ok" if done else "client_disconnected"
+        raise
+    finally:
+        if data == b"":
+            resp.release()
+        else:  # closing the connection of a stream cut short is what makes vLLM abort it
+            resp.close()
+        record(rt, job, target, status, *events.telemetry)
+    await send({"type": "http.response.body", "body": b"", "more_body": False})

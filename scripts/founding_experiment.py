@@ -177,7 +177,7 @@ def evaluate(drafts: dict[str, Path], verifier_spec: str, code_heldout: Path | N
             "tokens": sum(len(t.token_ids) - t.prompt_len for t in tf.groups[g]),
             "answer_token_counts": _answer_counts(tf.groups[g])} for g, items in groups.items()},
         "drafts": {}}
-    out.write_text(json.dumps(result))
+    _write_atomic(out, result)
     pending = {**drafts, **(checkpoints or {})}
     while pending:
         # drafts still training elsewhere are measured as they appear (saved atomically), in the given order
@@ -197,7 +197,7 @@ def evaluate(drafts: dict[str, Path], verifier_spec: str, code_heldout: Path | N
         result["drafts"][name] = {"path": str(path), "seconds": round(time.time() - t1, 1), "groups": per}
         _write_atomic(out, result)
         print(f"{name}: {time.time() - t1:.1f}s", flush=True)
-    out.write_text(json.dumps(result))
+    _write_atomic(out, result)
 
 
 def _write_atomic(path: Path, data: dict) -> None:

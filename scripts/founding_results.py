@@ -155,8 +155,8 @@ def load_evals(evals: list[Path]) -> tuple[dict[str, Any], dict[str, Any], dict[
         groups.update(data["groups"])
         for name, draft in data["drafts"].items():
             if name.startswith("ckpt:"):
-                run, epoch = ("en-big", name.split("-")[-1]) if "big-" in name else ("en-curve", name.split("-")[-1])
-                curves.setdefault(run, {})[int(epoch)] = {g.split("-")[1]: mean_acceptance_length(v["hist"])
+                run, epoch = "en-big" if "big-" in name else "en-curve", int(name.rsplit("-", 1)[1])
+                curves.setdefault(run, {})[epoch] = {g.split("-")[1]: mean_acceptance_length(v["hist"])
                                                          for g, v in draft["groups"].items()}
             elif "groups" in draft and name not in merged:
                 merged[name] = draft

@@ -9,7 +9,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.polyspec-installed
 LOCK_SHA := $(shell sha256sum requirements.lock pyproject.toml | sha256sum | cut -c1-16)
 
-.PHONY: setup deps verifier browser test test-fast demo clean-venv
+.PHONY: setup deps verifier browser postgres lint test test-fast demo clean-venv
 
 setup: deps verifier
 
@@ -34,12 +34,25 @@ browser:
 	@command -v chromium >/dev/null || { echo "==> installing Debian chromium"; \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null); }
 
-test: setup browser
-	$(VENV)/bin/pytest -q
+# Debian's PostgreSQL server for tests/registry/test_postgres.py, which starts its own throwaway cluster from
+# /usr/lib/postgresql/*/bin (the package's default cluster is never started or used).
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { echo "==> installing Debian postgresql"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null); }
+
+# ruff, then the import-linter layer contracts (scripts/lint.sh says why it stages a symlink tree).
+lint: deps
+	scripts/lint.sh
+
+# Lint first: a broken layer or a lint error fails CI before the (long) pytest run starts.
+test: setup browser postgres
+	scripts/lint.sh
+	$(VENV)/bin/pytest -q --durations=15
 
 # Fast inner loop: no vLLM engines, no browser.
 test-fast: setup
-	POLYSPEC_SKIP_INTEGRATION=1 $(VENV)/bin/pytest -q
+	scripts/lint.sh
+	POLYSPEC_SKIP_INTEGRATION=1 $(VENV)/bin/pytest -q --durations=15
 
 
 # Trains (only if no promoted drafts exist), deploys and serves an English and a French draft, routes

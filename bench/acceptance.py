@@ -6,7 +6,8 @@
 
 Every evaluation recorded for a draft becomes one record of the contract in docs/results.md:
 {"draft", "role", "target_language", "language", "k", "positions", "mean_acceptance_length",
-"n_prompts", "method"} (live router figures are left out: they are not a benchmark).
+"n_prompts", "method", "subset", "degenerate_share"} (live router figures are left out: they are not a
+benchmark). ``subset`` is "all" or "non_degenerate" (answers without repetition loops, `polyspec eval`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, Optional
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import typer  # noqa: E402
+from polyspec.core.atomic import atomic_write_json, atomic_write_text  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
@@ -61,18 +63,21 @@ def records_from_registry(reg: Any) -> list[dict[str, Any]]:
                 "n_prompts": ev.num_prompts,
                 "method": ev.method,
                 "benchmark": ev.benchmark,
+                "subset": ev.subset,
+                "degenerate_share": ev.degenerate_share,
             })
     if not out:
         raise NoEvaluations("the registry holds no evaluation: import or train a draft first (--from-shipped)")
     order = {lang: i for i, lang in enumerate(LANG_ORDER)}
-    return sorted(out, key=lambda r: (r["draft"], r["method"], order.get(r["language"], 99), r["language"]))
+    return sorted(out, key=lambda r: (r["draft"], r["method"], r["subset"] != "all", order.get(r["language"], 99),
+                                      r["language"]))
 
 
 def shipped_registry(workdir: Path) -> str:
     """A fresh SQLite registry holding the drafts of models/drafts/ with their recorded evaluations."""
-    from models.shipped import shipped_drafts
+    from polyspec.models.shipped import shipped_drafts
     from polyspec.demo import install_shipped
-    from registry import open_registry
+    from polyspec.registry import open_registry
 
     url = f"sqlite:///{workdir / 'acceptance.db'}"
     quiet = Console(quiet=True)
@@ -93,9 +98,10 @@ def merge_results(reg: Any, path: Path) -> int:
     here = {v.name: v for v in reg.verifiers()}
     data["verifiers"] = [{**v, "location": here[v["name"]].location} if v["name"] in here else v
                          for v in data.get("verifiers", [])]
-    have = {(e.draft, e.benchmark, e.language, e.k, e.method) for e in reg.evaluations()}
+    have = {(e.draft, e.benchmark, e.language, e.k, e.method, e.subset) for e in reg.evaluations()}
     data["evaluations"] = [e for e in data.get("evaluations", [])
-                           if (e["draft"], e["benchmark"], e["language"], e["k"], e["method"]) not in have]
+                           if (e["draft"], e["benchmark"], e["language"], e["k"], e["method"], e.get("subset", "all"))
+                           not in have]
     return reg.import_json(data)["evaluations"]
 
 
@@ -115,10 +121,13 @@ def mal_rows(records: list[dict[str, Any]], benchmark: str) -> tuple[list[str], 
     langs = _languages(recs)
     rows = []
     for draft in dict.fromkeys(r["draft"] for r in recs):
-        for method in sorted({r["method"] for r in recs if r["draft"] == draft}):
-            cells = {r["language"]: r for r in recs if r["draft"] == draft and r["method"] == method}
+        for method, subset in sorted({(r["method"], r["subset"]) for r in recs if r["draft"] == draft},
+                                     key=lambda ms: (ms[0], ms[1] != "all")):
+            cells = {r["language"]: r for r in recs
+                     if r["draft"] == draft and r["method"] == method and r["subset"] == subset}
             role = next(iter(cells.values()))["role"]
-            rows.append([draft, role, method, *(f"{cells[lang]['mean_acceptance_length']:.3f}" if lang in cells else "-"
+            label = method if subset == "all" else f"{method}, {subset}"
+            rows.append([draft, role, label, *(f"{cells[lang]['mean_acceptance_length']:.3f}" if lang in cells else "-"
                                                 for lang in langs)])
     return langs, rows
 
@@ -137,7 +146,7 @@ def print_tables(records: list[dict[str, Any]]) -> None:
     for col in ("draft", "method", "language", "n", "p1", "p2", "p3", "MAL"):
         pos.add_column(col, justify="left" if col in ("draft", "method", "language") else "right")
     for r in records:
-        if r["benchmark"] == primary:
+        if r["benchmark"] == primary and r["subset"] == "all":
             pos.add_row(r["draft"], r["method"], r["language"], str(r["n_prompts"]),
                         *(f"{p:.3f}" for p in r["positions"]), f"{r['mean_acceptance_length']:.3f}")
     console.print(pos)
@@ -164,7 +173,7 @@ def plot(records: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     primary = primary_benchmark(records)
-    recs = [r for r in records if r["benchmark"] == primary]
+    recs = [r for r in records if r["benchmark"] == primary and r["subset"] == "all"]
     langs = [lang for lang in LANG_ORDER if any(r["language"] == lang for r in recs)]
     cols = min(3, len(langs))
     rows = -(-len(langs) // cols)
@@ -200,8 +209,8 @@ def main(
     out: Path = typer.Option(ROOT / "docs" / "results", help="Where acceptance.json and the plot go."),
 ) -> None:
     """Print the acceptance tables and write acceptance.json, acceptance_tables.md and acceptance_positions.png."""
-    from registry import open_registry
-    from registry.errors import RegistryError
+    from polyspec.registry import open_registry
+    from polyspec.registry.errors import RegistryError
 
     missing = [str(p) for p in results if not p.is_file()]
     if missing:
@@ -221,9 +230,8 @@ def main(
             console.print(f"[red]cannot merge the results: {exc}")
             raise typer.Exit(1) from None
     print_tables(records)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "acceptance.json").write_text(json.dumps(records, indent=1) + "\n", encoding="utf-8")
-    (out / "acceptance_tables.md").write_text(markdown(records), encoding="utf-8")
+    atomic_write_json(out / "acceptance.json", records, indent=1)
+    atomic_write_text(out / "acceptance_tables.md", markdown(records))
     plot(records, out / "acceptance_positions.png")
     console.print(f"wrote {out / 'acceptance.json'} ({len(records)} records), acceptance_tables.md and "
                   f"{out / 'acceptance_positions.png'}")

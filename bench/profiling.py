@@ -14,7 +14,7 @@ from bench.common import BENCH_VENV, BenchError
 
 # Inclusive shares by component: a stack counts for every component one of its frames belongs to.
 CATEGORIES = {
-    "langid total (models/langid.py)": ("models/langid.py",),
+    "langid total (core/langid.py)": ("core/langid.py",),
     "fastText predict": ("fasttext/",),
     "langid text cleaning (regex)": ("clean_for_langid",),
     "router classify (router/classify.py)": ("router/classify.py",),

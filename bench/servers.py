@@ -77,7 +77,7 @@ def start_backend(workdir: Path, cpus: str | None, tokens: int = 16, token_delay
 def make_registry(workdir: Path, deployments: list[tuple[str, str, list[str], bool]]) -> str:
     """A fresh SQLite registry with the bundled verifier and bare-verifier deployments
     ``(name, url, languages, is_default)``; returns its URL."""
-    from registry import open_registry
+    from polyspec.registry import open_registry
 
     url = f"sqlite:///{workdir / 'registry.db'}"
     reg = open_registry(url)

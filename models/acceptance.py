@@ -17,22 +17,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from polyspec.core.acceptance import mal_from_histogram, merge_histograms, positions_from_histogram
+from polyspec.core.errors import InvalidInput
+
 if TYPE_CHECKING:
     import torch
     from speculators.models.eagle3 import Eagle3DraftModel
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
-class AcceptanceError(ValueError):
+class AcceptanceError(InvalidInput):
     """Bad arguments for an acceptance measurement (k < 1, no prompts, ...)."""
-
-
-def acceptance_from_histogram(histogram: Sequence[int]) -> list[float]:
-    """P(at least i drafts accepted) for i = 1..k, from h[j] = steps that accepted exactly j."""
-    total = sum(histogram)
-    if total == 0:
-        return [0.0] * (len(histogram) - 1)
-    return [sum(histogram[i:]) / total for i in range(1, len(histogram))]
 
 
 @dataclass
@@ -50,7 +45,7 @@ class PromptAcceptance:
 class AcceptanceResult:
     k: int
     acceptance: list[float]
-    mean_acceptance_length: float
+    mean_acceptance_length: float | None  # None: no verify step (core.acceptance's empty case)
     histogram: list[int]
     num_prompts: int
     num_tokens: int
@@ -62,26 +57,30 @@ class AcceptanceResult:
         cls, histogram: Sequence[int], *, num_prompts: int, num_tokens: int, details: Iterable[PromptAcceptance] = ()
     ) -> AcceptanceResult:
         hist = [int(h) for h in histogram]
-        steps = sum(hist)
-        accepted = sum(j * h for j, h in enumerate(hist))
         return cls(
             k=len(hist) - 1,
-            acceptance=acceptance_from_histogram(hist),
-            mean_acceptance_length=1.0 + accepted / steps if steps else 1.0,
+            acceptance=positions_from_histogram(hist),
+            mean_acceptance_length=mal_from_histogram(hist),
             histogram=hist,
             num_prompts=num_prompts,
             num_tokens=num_tokens,
-            num_spec_steps=steps,
+            num_spec_steps=sum(hist),
             details=list(details),
         )
+
+    @classmethod
+    def of_details(cls, details: Sequence[PromptAcceptance], k: int) -> AcceptanceResult:
+        """Pooled over prompts (an empty list gives the empty case: no steps, MAL None)."""
+        hist = merge_histograms([d.histogram for d in details]) if details else [0] * (k + 1)
+        return cls.from_histogram(hist, num_prompts=len(details), num_tokens=sum(len(d.output_ids) for d in details),
+                                  details=details)
 
     @classmethod
     def merge(cls, results: Sequence[AcceptanceResult]) -> AcceptanceResult:
         if not results or len({r.k for r in results}) != 1:
             raise AcceptanceError("merge needs at least one result and a single k")
-        hist = [sum(col) for col in zip(*(r.histogram for r in results), strict=True)]
         return cls.from_histogram(
-            hist,
+            merge_histograms([r.histogram for r in results]),
             num_prompts=sum(r.num_prompts for r in results),
             num_tokens=sum(r.num_tokens for r in results),
             details=[d for r in results for d in r.details],
@@ -94,9 +93,11 @@ class AcceptanceResult:
         return out
 
 
-def chat_prompt_ids(tokenizer: PreTrainedTokenizerBase, prompt: str) -> list[int]:
-    """Token ids of a one-turn chat, rendered and tokenized the way vLLM's chat endpoint does it."""
-    text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
+def chat_prompt_ids(tokenizer: PreTrainedTokenizerBase, prompt: str | Sequence[dict[str, str]]) -> list[int]:
+    """Token ids of a chat (one user turn, or a list of messages), rendered and tokenized the way vLLM's
+    chat endpoint does it."""
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     return list(tokenizer(text, add_special_tokens=False).input_ids)
 
 
@@ -202,7 +203,7 @@ class OfflineSpeculator:
     def _verify(self, ids: list[int], cache: Any) -> tuple[list[int], torch.Tensor]:
         import torch
 
-        from models.hidden import forward_with_hidden
+        from polyspec.models.hidden import forward_with_hidden
 
         x = torch.tensor([ids], device=self.device)
         out, aux, _ = forward_with_hidden(self.verifier, x, self.aux_ids, past_key_values=cache, use_cache=True)
@@ -261,14 +262,10 @@ def measure_acceptance_models(
     bar = tqdm(prompts, desc=desc, unit="prompt", disable=not progress)
     for prompt in bar:
         details.append(spec.run(chat_prompt_ids(tokenizer, prompt), max_new_tokens))
-        hist = [sum(c) for c in zip(*(d.histogram for d in details), strict=True)]
-        steps = sum(hist)
-        if steps:
-            bar.set_postfix(mal=f"{1 + sum(j * h for j, h in enumerate(hist)) / steps:.2f}")
-    hist = [sum(c) for c in zip(*(d.histogram for d in details), strict=True)]
-    return AcceptanceResult.from_histogram(
-        hist, num_prompts=len(details), num_tokens=sum(len(d.output_ids) for d in details), details=details
-    )
+        mal = mal_from_histogram(merge_histograms([d.histogram for d in details]))
+        if mal is not None:
+            bar.set_postfix(mal=f"{mal:.2f}")
+    return AcceptanceResult.of_details(details, k)
 
 
 def measure_acceptance(
@@ -285,8 +282,8 @@ def measure_acceptance(
     """Load verifier and draft (cuda when available, else cpu) and measure acceptance on ``prompts``."""
     import torch
 
-    from models.draft_build import load_draft
-    from models.hidden import default_device, load_verifier_model
+    from polyspec.models.draft_build import load_draft
+    from polyspec.models.hidden import default_device, load_verifier_model
 
     device = device or default_device()
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from models.acceptance import (
+from polyspec.models.acceptance import (
     AcceptanceError,
     AcceptanceResult,
     PromptAcceptance,
@@ -147,10 +147,11 @@ class TeacherForcedAcceptance:
         return self.add_groups({group: prompts}, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
                                progress=progress)[group]
 
-    def add_groups(self, groups: dict[str, Sequence[str]], *, batch_size: int = 256, max_batch_tokens: int = 65536,
+    def add_groups(self, groups: dict[str, Sequence[str | Sequence[dict[str, str]]]], *, batch_size: int = 256, max_batch_tokens: int = 65536,
                    progress: bool = True) -> dict[str, list[Trajectory]]:
         """Several groups in one generation pass: the prompts of all groups are batched together by length,
-        which keeps a GPU busy where one small group per call would leave it idle."""
+        which keeps a GPU busy where one small group per call would leave it idle. A prompt is a user turn
+        or a whole conversation (OpenAI messages ending with a user turn, e.g. MT-Bench's second turn)."""
         empty = [g for g, prompts in groups.items() if not prompts]
         if empty or not groups:
             raise AcceptanceError(f"no prompts for group {empty[0] if empty else '(none)'!r}")
@@ -168,7 +169,7 @@ class TeacherForcedAcceptance:
     def _generate(self, prompts: list[list[int]], batch_size: int, progress: bool, desc: str) -> list[list[int]]:
         from tqdm.auto import tqdm
 
-        from models.generation import generate_greedy
+        from polyspec.models.generation import generate_greedy
 
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         out: list[list[int]] = [[] for _ in prompts]
@@ -182,8 +183,8 @@ class TeacherForcedAcceptance:
     def _trajectories(self, prompts: list[list[int]], answers: list[list[int]], max_batch_tokens: int) -> list[Trajectory]:
         import torch
 
-        from models.hidden import forward_with_hidden
-        from models.hidden import _batches  # noqa: PLC2701 - same package, same batching rule
+        from polyspec.models.hidden import forward_with_hidden
+        from polyspec.models.hidden import _batches  # noqa: PLC2701 - same package, same batching rule
 
         seqs = [p + self._cut(a) for p, a in zip(prompts, answers, strict=True)]
         trajs: list[Trajectory | None] = [None] * len(seqs)
@@ -205,6 +206,12 @@ class TeacherForcedAcceptance:
                 mism = int((greedy[row, p - 1 : n - 1] != ids[row, p:n]).sum())
                 trajs[i] = Trajectory(seqs[i], p, aux[row, :n].clone(), eos, mism)
         return [t for t in trajs if t is not None]
+
+    def answer_ids(self, traj: Trajectory, max_new_tokens: int | None = None) -> list[int]:
+        """The answer a user would have received (at most ``max_new_tokens``, end-of-turn token excluded)."""
+        budget = max_new_tokens or self.max_new_tokens
+        end = traj.eos_at if traj.eos_at is not None else len(traj.token_ids)
+        return traj.token_ids[traj.prompt_len : min(end, traj.prompt_len + budget)]
 
     def _cut(self, answer: list[int]) -> list[int]:
         for j, tok in enumerate(answer):
@@ -228,6 +235,4 @@ class TeacherForcedAcceptance:
         for start in range(0, len(trajs), batch_size):
             chunk = trajs[start : start + batch_size]
             details += [replay(t, a, self.k, budget) for t, a in zip(chunk, chain_lengths(draft, chunk, self.k), strict=True)]
-        hist = [sum(c) for c in zip(*(d.histogram for d in details), strict=True)]
-        return AcceptanceResult.from_histogram(hist, num_prompts=len(details),
-                                               num_tokens=sum(len(d.output_ids) for d in details), details=details)
+        return AcceptanceResult.of_details(details, self.k)

@@ -1,4 +1,4 @@
-"""`polyspec models ...`: prepare, list and resolve verifiers; inspect drafts.
+"""`polyspec models ...`: prepare, list and resolve verifiers; inspect, list, pull and push drafts.
 
 Imports of the models modules stay inside the commands so `polyspec --help` stays fast.
 """
@@ -6,29 +6,17 @@ Imports of the models modules stay inside the commands so `polyspec --help` stay
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
 
-app = typer.Typer(name="models", help="Verifier models and draft files (prepare, list, inspect).", no_args_is_help=True)
+from polyspec.core.cli import PolyspecTyper
+
+app = PolyspecTyper(name="models", help="Verifier models and draft files (prepare, list, inspect, pull, push).",
+                    no_args_is_help=True)
 _err = Console(stderr=True)
-
-
-@contextmanager
-def _clean_errors() -> Iterator[None]:
-    """Turn the models package's own errors into one red line and exit status 1."""
-    from models.drafts import DraftError
-    from models.verifiers import VerifierError
-
-    try:
-        yield
-    except (VerifierError, DraftError) as exc:
-        _err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
 
 
 def _human(n: int) -> str:
@@ -48,10 +36,9 @@ def prepare(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Download, check and convert a bundled verifier into POLYSPEC_HOME/models/NAME."""
-    from models.verifiers import prepare_verifier
+    from polyspec.models.verifiers import prepare_verifier
 
-    with _clean_errors():
-        info = prepare_verifier(name, home=home, force=force)
+    info = prepare_verifier(name, home=home, force=force)
     if as_json:
         typer.echo(json.dumps(info.to_json(), indent=2))
     else:
@@ -69,10 +56,9 @@ def list_cmd(
     """List the prepared verifiers."""
     from rich.table import Table
 
-    from models.verifiers import list_prepared
+    from polyspec.models.verifiers import list_prepared
 
-    with _clean_errors():
-        infos = list_prepared(home)
+    infos = list_prepared(home)
     if as_json:
         typer.echo(json.dumps([i.to_json() for i in infos], indent=2))
         return
@@ -95,10 +81,9 @@ def resolve(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Show which model a verifier spec resolves to (preparing or downloading it if needed)."""
-    from models.verifiers import resolve_verifier
+    from polyspec.models.verifiers import resolve_verifier
 
-    with _clean_errors():
-        info = resolve_verifier(spec)
+    info = resolve_verifier(spec)
     if as_json:
         typer.echo(json.dumps(info.to_json(), indent=2))
     else:
@@ -114,12 +99,11 @@ def inspect_draft_cmd(
     """Validate a draft directory and print its shape (architecture, vocabularies, layers)."""
     from rich.table import Table
 
-    from models.drafts import inspect_draft
-    from models.verifiers import resolve_verifier
+    from polyspec.models.drafts import inspect_draft
+    from polyspec.models.verifiers import resolve_verifier
 
-    with _clean_errors():
-        ver = resolve_verifier(verifier) if verifier else None
-        info = inspect_draft(path, ver)
+    ver = resolve_verifier(verifier) if verifier else None
+    info = inspect_draft(path, ver)
     data = info.to_json()
     if as_json:
         typer.echo(json.dumps(data, indent=2))
@@ -128,6 +112,81 @@ def inspect_draft_cmd(
     for key, value in data.items():
         table.add_row(key, str(value))
     Console().print(table)
+
+
+@app.command("drafts")
+def drafts_cmd(
+    home: Optional[Path] = typer.Option(None, "--home", help="Override POLYSPEC_HOME."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """List the drafts available here: the checkout's (models/drafts) and those pulled into POLYSPEC_HOME."""
+    from rich.table import Table
+
+    from polyspec.models.shipped import SHIPPED_DIR, shipped_drafts
+
+    drafts = shipped_drafts(home=home)
+    rows = [{"name": d.name, "verifier": d.verifier, "languages": d.languages, "role": d.role, "parent": d.parent,
+             "where": "checkout" if d.path.parent == SHIPPED_DIR else "pulled", "path": str(d.path)} for d in drafts]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        Console().print("no drafts here; get one with `polyspec models pull NAME --from <Hugging Face repo id or directory>`")
+        return
+    table = Table(title="drafts (--json for the paths)")
+    for col in ("name", "verifier", "languages", "role", "parent", "where"):
+        table.add_column(col, no_wrap=col == "name")
+    for r in rows:
+        table.add_row(r["name"], r["verifier"], ",".join(r["languages"]), r["role"], r["parent"] or "—", r["where"])
+    Console(width=max(140, Console().width)).print(table)
+
+
+@app.command("pull")
+def pull_cmd(
+    name_or_repo: str = typer.Argument(..., help="Draft name (with --from), or a Hugging Face repo id owner/name."),
+    source: Optional[str] = typer.Option(
+        None, "--from", help="Where from: a directory (a draft, or a mirror holding NAME/), file://PATH, or a Hugging "
+                             "Face repo id (owner/name or hf://owner/name; HF_ENDPOINT selects a Hub mirror)."),
+    revision: Optional[str] = typer.Option(None, "--revision", help="Branch, tag or commit (Hugging Face only)."),
+    sha256: Optional[str] = typer.Option(None, "--sha256", help="Expected sha256 of model.safetensors, from a "
+                                                                "source you trust."),
+    home: Optional[Path] = typer.Option(None, "--home", help="Override POLYSPEC_HOME."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Fetch a draft, verify its sha256 and install it into POLYSPEC_HOME/drafts/NAME (atomically)."""
+    from polyspec.models.hub import pull_draft
+
+    done = pull_draft(name_or_repo, source, revision=revision, sha256=sha256, home=home)
+    checked = (f"sha256 verified against {', '.join(done.verified_against)}" if done.verified_against
+               else "[yellow]no checksums published with it: recorded the sha256 of what was fetched[/yellow]")
+    _done(done, as_json, f"pulled {done.name} from {done.source} into {done.destination} "
+                         f"({_human(done.size_bytes)}, {checked})")
+
+
+@app.command("push")
+def push_cmd(
+    name: str = typer.Argument(..., help="Draft name (from the checkout or POLYSPEC_HOME/drafts)."),
+    to: str = typer.Option(..., "--to", help="A directory (the draft goes to DIR/NAME), file://PATH, or a Hugging Face "
+                                             "repo id (owner/name or hf://owner/name)."),
+    license: str = typer.Option("apache-2.0", "--license", help="License for the model card."),
+    base_model: Optional[str] = typer.Option(None, "--base-model", help="Hub id of the verifier for the model card "
+                                                                        "(default: derived from the draft's verifier)."),
+    home: Optional[Path] = typer.Option(None, "--home", help="Override POLYSPEC_HOME."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Publish a draft with a model card (README.md) and its manifest entry, to a directory or the Hub."""
+    from polyspec.models.hub import push_draft
+
+    done = push_draft(name, to, license=license, base_model=base_model, home=home)
+    _done(done, as_json, f"pushed {done.name} to {done.destination} ({_human(done.size_bytes)}: "
+                         f"{', '.join(sorted(done.files))})")
+
+
+def _done(transfer: Any, as_json: bool, line: str) -> None:
+    if as_json:
+        typer.echo(json.dumps(transfer.to_json(), indent=2))
+    else:
+        Console().print(f"[green]ok[/green] {line}", highlight=False, soft_wrap=True)
 
 
 def register(root: typer.Typer) -> None:

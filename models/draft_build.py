@@ -10,13 +10,14 @@ boolean mask over the verifier vocabulary (exactly speculators' own layout), and
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
+from polyspec.core.errors import InvalidInput
+
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from polyspec.core.atomic import atomic_dir
 
 if TYPE_CHECKING:  # torch and speculators load lazily: importing this module stays cheap
     import torch
@@ -26,7 +27,7 @@ DEFAULT_SAVE_DTYPE = "bfloat16"
 WEIGHTS_FILE = "model.safetensors"
 
 
-class DraftBuildError(ValueError):
+class DraftBuildError(InvalidInput):
     """A draft cannot be built, saved or loaded (bad vocabulary, verifier mismatch, bad files)."""
 
 
@@ -191,30 +192,12 @@ def save_draft(
             continue
         t = tensor.detach().to("cpu")
         state[name] = t.to(torch_dtype) if t.is_floating_point() else t
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_dir(out) as tmp:
         model.config.dtype = torch_dtype
         model.save_pretrained(tmp, state_dict=state, safe_serialization=True)
         if not (tmp / WEIGHTS_FILE).is_file():
             raise DraftBuildError(f"save_pretrained wrote no {WEIGHTS_FILE} in {tmp}")
-        _replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
-
-
-def _replace_dir(src: Path, dst: Path) -> None:
-    """Move ``src`` to ``dst``; an existing ``dst`` is moved aside first and removed only afterwards."""
-    old = None
-    if dst.exists():
-        old = dst.with_name(f".{dst.name}.old-{os.getpid()}")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(dst, old)
-    os.replace(src, dst)
-    os.chmod(dst, 0o755)  # mkdtemp makes 0700 directories; drafts are shared with vLLM processes
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def load_draft(

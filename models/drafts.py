@@ -10,6 +10,8 @@ tensors are loaded (numpy); every other tensor is checked by shape from the head
 
 from __future__ import annotations
 
+from polyspec.core.errors import PolyspecError
+
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from models.verifiers import VerifierInfo
+    from polyspec.models.verifiers import VerifierInfo
 
 WEIGHTS = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
 
 
-class DraftError(Exception):
+class DraftError(PolyspecError):
     """Base class of draft problems."""
 
 

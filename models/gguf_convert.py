@@ -7,10 +7,14 @@ and save that. Heavy imports (torch, transformers) stay inside the function.
 
 from __future__ import annotations
 
+from polyspec.core.errors import IntegrityError
+
 from pathlib import Path
 
+from polyspec.core.atomic import atomic_dir
 
-class GgufConversionError(RuntimeError):
+
+class GgufConversionError(IntegrityError):
     """The GGUF file could not be turned into a usable Hugging Face model."""
 
 
@@ -48,6 +52,8 @@ def convert_gguf(gguf_path: Path, out_dir: Path, dtype: str = "bfloat16") -> Non
     if not getattr(tokenizer, "chat_template", None):
         raise GgufConversionError(f"{gguf_path.name} carries no chat template; an instruct verifier needs one")
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
+    # atomic_dir: a crash leaves no half-written model, and the files get normal modes (save_pretrained
+    # writes weights 0600, which other users and containers of a shared POLYSPEC_HOME could not read)
+    with atomic_dir(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)

@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from polyspec.core.errors import InvalidInput
+
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +21,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
-class HiddenStateError(ValueError):
+class HiddenStateError(InvalidInput):
     """Bad arguments for hidden-state capture (aux layer out of range, empty sequence, ...)."""
 
 

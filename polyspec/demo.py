@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+from polyspec.core.settings import get_settings
+
 import json
 import os
 import signal
@@ -22,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import typer
+
+from polyspec.core.console import console
+from polyspec.core.counters import SpecCounts
 
 LANGUAGES = ("en", "fr")
 DEPLOYMENT = "demo-{lang}"
@@ -43,32 +48,20 @@ class DemoError(RuntimeError):
 
 @dataclass
 class LangStats:
-    requests: int = 0
-    completion_tokens: int = 0
-    steps: int = 0
-    accepted: int = 0
-    per_pos: list[int] = field(default_factory=list)
+    """What the demo's client saw of one language: the one counter type, summed per response."""
+
+    counts: SpecCounts = field(default_factory=SpecCounts)
 
     def add(self, spec: dict[str, Any] | None, tokens: int) -> None:
-        self.requests += 1
-        self.completion_tokens += tokens
-        if not spec:
-            return
-        hist = [int(x) for x in spec.get("acceptance_histogram") or []]
-        self.steps += sum(hist)
-        self.accepted += sum(j * c for j, c in enumerate(hist))
-        pos = [sum(hist[i:]) for i in range(1, len(hist))]  # steps accepting at least i drafts
-        self.per_pos += [0] * (len(pos) - len(self.per_pos))
-        for i, n in enumerate(pos):
-            self.per_pos[i] += n
+        self.counts = self.counts + SpecCounts.from_vllm_metrics(spec, tokens)
 
     @property
     def mal(self) -> float | None:
-        return 1 + self.accepted / self.steps if self.steps else None
+        return self.counts.mean_acceptance_length
 
 
 def _mtbench(lang: str) -> list[dict[str, Any]]:
-    import training
+    import polyspec.training as training
 
     path = Path(training.__file__).resolve().parent / "data" / "mtbench" / f"{lang}.jsonl"
     if not path.is_file():
@@ -103,12 +96,7 @@ def demo_prompts(lang: str, out_dir: Path, limit: int) -> Path:
 
 
 def _console() -> Any:
-    import sys
-
-    from rich.console import Console
-
-    # Logs and CI are not terminals: rich would assume 80 columns and fold the tables.
-    return Console() if sys.stdout.isatty() else Console(width=150)
+    return console()
 
 
 # --- step 2: drafts ---------------------------------------------------------------------------------
@@ -116,11 +104,11 @@ def ensure_drafts(reg: Any, verifier: Any, console: Any, *, prompts_per_language
                   use_shipped: bool = True) -> dict[str, str]:
     """An active draft per demo language ('name@version').
 
-    In order: an active draft already in the registry; the draft shipped in models/drafts/ for that
-    language (trained on the H200, imported with its recorded evaluations and put through the
+    In order: an active draft already in the registry; the shipped draft for that language, from the
+    checkout's models/drafts/ or pulled into POLYSPEC_HOME/drafts (models.shipped; trained on the H200, imported with its recorded evaluations and put through the
     promotion gate); otherwise one trained here on CPU (English from scratch, French fine-tuned from it,
     the founding recipe in small)."""
-    from models.shipped import shipped_for_language
+    from polyspec.models.shipped import pull_command, shipped_for_language
 
     refs: dict[str, str] = {}
     for lang in LANGUAGES:
@@ -133,7 +121,8 @@ def ensure_drafts(reg: Any, verifier: Any, console: Any, *, prompts_per_language
         if shipped is not None:
             refs[lang] = install_shipped(reg, shipped, console)
             continue
-        console.print(f"[yellow]•[/] no active {lang} draft for {verifier.name}: training one on CPU")
+        console.print(f"[yellow]•[/] no active {lang} draft for {verifier.name}: training one on CPU"
+                      + ("" if not use_shipped else f" (to skip this, `{pull_command(f'{verifier.name}-{lang}')}`)"))
         started = time.monotonic()
         ref = train_demo_draft(lang, verifier, parent=refs.get("en") if lang != "en" else None,
                                prompts_per_language=prompts_per_language)
@@ -164,7 +153,7 @@ def install_shipped(reg: Any, shipped: Any, console: Any) -> str:
 
 def promote_for_demo(reg: Any, ref: str, console: Any) -> None:
     """The registry's promotion gate; a refusal is shown with its numbers, then overridden (demo only)."""
-    from registry.errors import PromotionRefused
+    from polyspec.registry.errors import PromotionRefused
 
     try:
         result = reg.promote(ref)
@@ -187,9 +176,8 @@ def headline_comparisons(rows: list[dict[str, Any]], languages: list[str]) -> li
 
 def train_demo_draft(lang: str, verifier: Any, *, parent: str | None, prompts_per_language: int) -> str:
     """Run the training pipeline on the bundled demo prompts; returns the registered draft reference."""
-    from polyspec.settings import get_settings
-    from training.config import RunConfig
-    from training.pipeline import run_pipeline, start_run
+    from polyspec.training.config import RunConfig
+    from polyspec.training.pipeline import run_pipeline, start_run
 
     prompts_file = demo_prompts(lang, get_settings().home / "demo", limit=prompts_per_language)
     cfg = RunConfig.model_validate({
@@ -274,11 +262,12 @@ def acceptance_table(stats: dict[str, LangStats], reg: Any, refs: dict[str, str]
     for col in ("language", "draft", "requests", "tokens", "pos 1", "pos 2", "pos 3", "live MAL", "offline MAL"):
         table.add_column(col, justify="left" if col in ("language", "draft") else "right")
     for lang, s in stats.items():
-        if not s.requests:
+        c = s.counts
+        if not c.requests:
             continue
-        pos = [f"{n / s.steps:.2f}" if s.steps else "-" for n in (s.per_pos + [0, 0, 0])[:3]]
+        pos = [f"{a:.2f}" if c.num_spec_steps else "-" for a in (c.acceptance + [0.0, 0.0, 0.0])[:3]]
         ev = offline.get((refs.get(lang, ""), lang))
-        table.add_row(lang, refs.get(lang, "-"), str(s.requests), str(s.completion_tokens), *pos,
+        table.add_row(lang, refs.get(lang, "-"), str(c.requests), str(c.completion_tokens), *pos,
                       f"{s.mal:.2f}" if s.mal else "-", f"{ev.mean_acceptance_length:.2f}" if ev else "-")
     return table
 
@@ -295,10 +284,9 @@ def demo(
     base_port: int = typer.Option(8101, help="First engine port."),
 ) -> None:
     """Deploy and serve an English and a French draft (shipped ones, or trained here); route MT-Bench turns."""
-    from models.verifiers import prepare_verifier
-    from polyspec.settings import get_settings
-    from registry import open_registry
-    from router.fleet import FleetError, plan_up, run_up
+    from polyspec.models.verifiers import prepare_verifier
+    from polyspec.registry import open_registry
+    from polyspec.fleet import FleetError, plan_up, run_up
 
     console = _console()
     started = time.monotonic()

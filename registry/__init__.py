@@ -3,15 +3,15 @@
 Torch-free at import: model code is loaded only inside the operations that need it.
 """
 
-from registry.errors import (
+from polyspec.registry.errors import (
     AlreadyExists, ImportFailed, InvalidDraft, InvalidEvaluation, NotFound, PromotionRefused, PromptsError,
     RegistryError, UnknownLanguage,
 )
-from registry.records import (
+from polyspec.registry.records import (
     DeploymentView, DraftRecord, EvaluationRecord, EventRecord, LanguageProfileRecord, LiveStatRecord,
     PromotionResult, VerifierRecord,
 )
-from registry.store import Registry, open_registry, parse_ref
+from polyspec.registry.store import Registry, open_registry, parse_ref
 
 __all__ = [
     "AlreadyExists", "DeploymentView", "DraftRecord", "EvaluationRecord", "EventRecord", "ImportFailed",

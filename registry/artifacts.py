@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from registry.errors import InvalidDraft, RegistryError
+from polyspec.registry.errors import InvalidDraft, RegistryError
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -39,20 +39,20 @@ def materialize(location: str) -> Path:
 
 
 def checksums(root: Path) -> dict[str, str]:
-    from models.checksums import sha256_tree
+    from polyspec.models.checksums import sha256_tree
 
     return sha256_tree(root)
 
 
 def verify_checksums(root: Path, expected: dict[str, str]) -> list[str]:
-    from models.checksums import verify_tree
+    from polyspec.models.checksums import verify_tree
 
     return verify_tree(root, expected)
 
 
 def verifier_info(row: Any):  # noqa: ANN201 - models.verifiers.VerifierInfo
     """A ``VerifierInfo`` built from a registry row, without touching the weights."""
-    from models.verifiers import VerifierInfo
+    from polyspec.models.verifiers import VerifierInfo
 
     return VerifierInfo(
         name=row.name, path=Path(row.location), architecture=row.architecture, vocab_size=row.vocab_size,
@@ -62,7 +62,7 @@ def verifier_info(row: Any):  # noqa: ANN201 - models.verifiers.VerifierInfo
 
 def inspect_draft(path: Path, verifier_row: Any):  # noqa: ANN201 - models.drafts.DraftInfo
     """Validate a draft against its verifier; any problem becomes ``InvalidDraft`` with the reason."""
-    from models.drafts import DraftError, inspect_draft as _inspect
+    from polyspec.models.drafts import DraftError, inspect_draft as _inspect
 
     try:
         return _inspect(path, verifier_info(verifier_row))
@@ -73,7 +73,7 @@ def inspect_draft(path: Path, verifier_row: Any):  # noqa: ANN201 - models.draft
 
 
 def resolve_verifier(spec: str):  # noqa: ANN201 - models.verifiers.VerifierInfo
-    from models.verifiers import VerifierError, resolve_verifier as _resolve
+    from polyspec.models.verifiers import VerifierError, resolve_verifier as _resolve
 
     try:
         return _resolve(spec)

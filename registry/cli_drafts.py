@@ -8,11 +8,10 @@ from typing import Optional
 
 import typer
 
-from registry.cli import JsonOpt, VerifierOpt, _dump, _fmt_mal, _kv, _reg, _table, app, handles_errors
+from polyspec.registry.cli_base import JsonOpt, VerifierOpt, _dump, _fmt_mal, _kv, _reg, _table, app
 
 
 @app.command("drafts")
-@handles_errors
 def list_drafts(verifier: Optional[str] = typer.Option(None, "--verifier", "-v", help="Only this verifier's drafts."),
                 language: Optional[str] = typer.Option(None, "--language", "-l", help="Only drafts serving it."),
                 status: Optional[str] = typer.Option(None, help="candidate, active or retired."),
@@ -31,7 +30,6 @@ def list_drafts(verifier: Optional[str] = typer.Option(None, "--verifier", "-v",
 
 
 @app.command("show-draft")
-@handles_errors
 def show_draft(draft: str = typer.Argument(..., metavar="NAME[@VERSION]", help="Newest version when omitted."),
                as_json: bool = JsonOpt) -> None:
     """Show one draft with its evaluations."""
@@ -52,7 +50,6 @@ def _evals_table(evals: list) -> None:  # noqa: ANN001 - list[EvaluationRecord]
 
 
 @app.command("import-draft")
-@handles_errors
 def import_draft(path: str = typer.Argument(..., help="Draft directory (speculators Eagle3) or hub id."),
                  name: str = typer.Option(..., "--name", help="Draft name; a new version when it exists."),
                  languages: str = typer.Option(..., "--languages", "-l", help="Comma-separated ISO codes: fr,en."),
@@ -64,7 +61,7 @@ def import_draft(path: str = typer.Argument(..., help="Draft directory (speculat
                  status: str = typer.Option("candidate", help="candidate (default), active or retired."),
                  as_json: bool = JsonOpt) -> None:
     """Validate a draft against its verifier, checksum every file and record it as a candidate."""
-    from registry.errors import RegistryError
+    from polyspec.registry.errors import RegistryError
 
     prov = None
     if provenance is not None:
@@ -83,7 +80,6 @@ def import_draft(path: str = typer.Argument(..., help="Draft directory (speculat
 
 
 @app.command("evaluations")
-@handles_errors
 def list_evaluations(draft: Optional[str] = typer.Argument(None, metavar="[NAME[@VERSION]]"),
                      language: Optional[str] = typer.Option(None, "--language", "-l"),
                      benchmark: Optional[str] = typer.Option(None),
@@ -97,7 +93,6 @@ def list_evaluations(draft: Optional[str] = typer.Argument(None, metavar="[NAME[
 
 
 @app.command("add-evaluation")
-@handles_errors
 def add_evaluation(draft: str = typer.Argument(..., metavar="NAME[@VERSION]"),
                    benchmark: str = typer.Option(..., help="e.g. mtbench, heldout."),
                    language: str = typer.Option(..., "--language", "-l"),
@@ -108,7 +103,7 @@ def add_evaluation(draft: str = typer.Argument(..., metavar="NAME[@VERSION]"),
                    tokens: int = typer.Option(0, help="Number of generated tokens."),
                    as_json: bool = JsonOpt) -> None:
     """Record a measured acceptance curve for a draft (k = number of positions)."""
-    from registry.errors import InvalidEvaluation
+    from polyspec.registry.errors import InvalidEvaluation
 
     try:
         acc = [float(x) for x in acceptance.split(",") if x.strip()]
@@ -123,7 +118,6 @@ def add_evaluation(draft: str = typer.Argument(..., metavar="NAME[@VERSION]"),
 
 
 @app.command("promote")
-@handles_errors
 def promote(draft: str = typer.Argument(..., metavar="NAME[@VERSION]"),
             languages: Optional[str] = typer.Option(None, "--languages", "-l",
                                                     help="Target languages (default: the draft's)."),
@@ -151,7 +145,6 @@ def promote(draft: str = typer.Argument(..., metavar="NAME[@VERSION]"),
 
 
 @app.command("retire")
-@handles_errors
 def retire(draft: str = typer.Argument(..., metavar="NAME[@VERSION]"), as_json: bool = JsonOpt) -> None:
     """Retire a draft (refused while a deployment uses it)."""
     d = _reg().retire(draft)
@@ -161,7 +154,6 @@ def retire(draft: str = typer.Argument(..., metavar="NAME[@VERSION]"), as_json: 
 
 
 @app.command("verify")
-@handles_errors
 def verify(draft: Optional[str] = typer.Argument(None, metavar="[NAME[@VERSION]]", help="Default: every draft."),
            as_json: bool = JsonOpt) -> None:
     """Re-check the sha256 of every file of a draft (or of all drafts). Exit status 1 on any problem."""
@@ -174,6 +166,3 @@ def verify(draft: Optional[str] = typer.Argument(None, metavar="[NAME[@VERSION]]
     if bad:
         typer.echo(f"error: {len(bad)} draft(s) changed on disk: {', '.join(bad)}", err=True)
         raise typer.Exit(1)
-
-
-from registry import cli_ops as _ops  # noqa: E402,F401

@@ -9,11 +9,10 @@ from typing import Optional
 
 import typer
 
-from registry.cli import JsonOpt, VerifierOpt, _dump, _fmt_mal, _kv, _reg, _table, app, handles_errors
+from polyspec.registry.cli_base import JsonOpt, VerifierOpt, _dump, _fmt_mal, _kv, _reg, _table, app
 
 
 @app.command("deployments")
-@handles_errors
 def list_deployments(include_stopped: bool = typer.Option(False, "--all", help="Include stopped deployments."),
                      as_json: bool = JsonOpt) -> None:
     """List deployments (what the router serves)."""
@@ -27,7 +26,6 @@ def list_deployments(include_stopped: bool = typer.Option(False, "--all", help="
 
 
 @app.command("deploy")
-@handles_errors
 def deploy(draft: Optional[str] = typer.Argument(None, metavar="[NAME[@VERSION]]",
                                                  help="Draft to serve; omit to serve the verifier alone."),
            name: str = typer.Option(..., "--name", help="Deployment name (unique among active ones)."),
@@ -41,7 +39,7 @@ def deploy(draft: Optional[str] = typer.Argument(None, metavar="[NAME[@VERSION]]
            verifier: Optional[str] = VerifierOpt,
            as_json: bool = JsonOpt) -> None:
     """Deploy a draft (or the bare verifier) at an engine URL or with a launch spec."""
-    from registry.errors import RegistryError
+    from polyspec.registry.errors import RegistryError
 
     try:
         spec = json.loads(launch) if launch else None
@@ -58,7 +56,6 @@ def deploy(draft: Optional[str] = typer.Argument(None, metavar="[NAME[@VERSION]]
 
 
 @app.command("undeploy")
-@handles_errors
 def undeploy(name: str, as_json: bool = JsonOpt) -> None:
     """Stop routing to a deployment (kept in history as stopped)."""
     d = _reg().undeploy(name)
@@ -68,7 +65,6 @@ def undeploy(name: str, as_json: bool = JsonOpt) -> None:
 
 
 @app.command("languages")
-@handles_errors
 def list_languages(verifier: Optional[str] = typer.Option(None, "--verifier", "-v"), as_json: bool = JsonOpt) -> None:
     """List language profiles and their plans."""
     rows = _reg().languages(verifier=verifier)
@@ -80,7 +76,6 @@ def list_languages(verifier: Optional[str] = typer.Option(None, "--verifier", "-
 
 
 @app.command("show-language")
-@handles_errors
 def show_language(code: str, verifier: Optional[str] = typer.Option(None, "--verifier", "-v"),
                   as_json: bool = JsonOpt) -> None:
     """Show one language profile."""
@@ -91,7 +86,6 @@ def show_language(code: str, verifier: Optional[str] = typer.Option(None, "--ver
 
 
 @app.command("add-language")
-@handles_errors
 def add_language(lang: str = typer.Argument(..., metavar="LANG", help="ISO 639-1 or 639-3 code (fr, fra)."),
                  prompts: Path = typer.Option(..., "--prompts", help="JSONL (prompt/turns/messages) or one prompt "
                                               "per line."),
@@ -100,7 +94,7 @@ def add_language(lang: str = typer.Argument(..., metavar="LANG", help="ISO 639-1
                                                            "language still gets its own vocabulary."),
                  as_json: bool = JsonOpt) -> None:
     """Profile a language: script, draft-vocabulary coverage and the training plan."""
-    from registry.profiles import DEFAULT_COVERAGE_THRESHOLD
+    from polyspec.registry.profiles import DEFAULT_COVERAGE_THRESHOLD
 
     opts = {"threshold": threshold if threshold is not None else DEFAULT_COVERAGE_THRESHOLD}
     reg = _reg()
@@ -117,7 +111,6 @@ def add_language(lang: str = typer.Argument(..., metavar="LANG", help="ISO 639-1
 
 
 @app.command("live-stats")
-@handles_errors
 def live_stats(router: Optional[str] = typer.Option(None, help="One router's counters (default: all summed)."),
                as_json: bool = JsonOpt) -> None:
     """Acceptance measured by the routers, per language, domain and draft."""
@@ -130,7 +123,6 @@ def live_stats(router: Optional[str] = typer.Option(None, help="One router's cou
 
 
 @app.command("events")
-@handles_errors
 def events(limit: int = typer.Option(50, help="How many, newest first."), as_json: bool = JsonOpt) -> None:
     """Audit trail: promotions (forced ones marked), retirements, deployments."""
     rows = _reg().events(limit)
@@ -140,7 +132,6 @@ def events(limit: int = typer.Option(50, help="How many, newest first."), as_jso
 
 
 @app.command("export")
-@handles_errors
 def export(out: Optional[Path] = typer.Argument(None, help="File to write (default: stdout).")) -> None:
     """Export the whole registry as JSON."""
     text = json.dumps(_reg().export_json(), indent=2, ensure_ascii=False)
@@ -154,11 +145,10 @@ def export(out: Optional[Path] = typer.Argument(None, help="File to write (defau
 
 
 @app.command("import")
-@handles_errors
 def import_(src: Path = typer.Argument(..., help="A file written by `polyspec registry export`."),
             as_json: bool = JsonOpt) -> None:
     """Merge an export into this registry (all or nothing; identical rows are skipped)."""
-    from registry.errors import ImportFailed
+    from polyspec.registry.errors import ImportFailed
 
     try:
         data = json.loads(src.read_text(encoding="utf-8"))

@@ -13,7 +13,7 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.pool import StaticPool
 
-from registry.errors import RegistryError
+from polyspec.registry.errors import RegistryError
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 BUSY_TIMEOUT_MS = 30_000

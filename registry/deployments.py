@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from polyspec.core.settings import get_settings
+
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry.errors import AlreadyExists, NotFound, RegistryError
-from registry.languages import normalize_languages
-from registry.records import DeploymentView, LiveStatRecord
-from registry.schema import Deployment, Draft, Evaluation, Event, LiveStat, Verifier
+from polyspec.registry.errors import AlreadyExists, NotFound, RegistryError
+from polyspec.registry.languages import normalize_languages
+from polyspec.registry.records import DeploymentView, LiveStatRecord
+from polyspec.registry.schema import Deployment, Draft, Evaluation, Event, LiveStat, Verifier
 
 # Evaluations measured before deployment; "live" ones come from the routers and are kept apart.
 OFFLINE_METHODS = ("offline", "vllm")
@@ -62,8 +64,6 @@ def deploy(
 
 def _deploy_verifier(session: Session, name: str | None) -> Verifier:
     if name is None:
-        from polyspec.settings import get_settings
-
         name = get_settings().default_verifier
     row = session.scalars(select(Verifier).where(Verifier.name == name)).first()
     if row is None:

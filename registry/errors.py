@@ -2,24 +2,31 @@
 
 from __future__ import annotations
 
+from polyspec.core.errors import ConflictError, InvalidInput, NotFoundError, PolyspecError
+from polyspec.core.languages import UnknownLanguage
+from polyspec.core.prompts import PromptsError
 
-class RegistryError(Exception):
+__all__ = ["AlreadyExists", "ImportFailed", "InvalidDraft", "InvalidEvaluation", "NotFound", "PromotionRefused",
+           "PromptsError", "RegistryError", "UnknownLanguage"]
+
+
+class RegistryError(PolyspecError):
     """Base class: anything the registry refuses or cannot do."""
 
 
-class NotFound(RegistryError):
+class NotFound(RegistryError, NotFoundError):
     """A verifier, draft, deployment or language profile that does not exist."""
 
 
-class AlreadyExists(RegistryError):
+class AlreadyExists(RegistryError, ConflictError):
     """A unique name (verifier, active deployment) that is already taken."""
 
 
-class InvalidDraft(RegistryError):
+class InvalidDraft(RegistryError, InvalidInput):
     """A draft directory that is not a usable speculators Eagle3 checkpoint for its verifier."""
 
 
-class InvalidEvaluation(RegistryError):
+class InvalidEvaluation(RegistryError, InvalidInput):
     """An evaluation whose figures do not add up (acceptance length, k, method)."""
 
 
@@ -30,18 +37,9 @@ class PromotionRefused(RegistryError):
         super().__init__(message)
         self.failures = failures or []
 
-
-class UnknownLanguage(RegistryError):
-    """A language code that is neither ISO 639-1 nor ISO 639-3. ``suggestions`` holds close codes."""
-
-    def __init__(self, message: str, suggestions: list[str] | None = None) -> None:
-        super().__init__(message)
-        self.suggestions = suggestions or []
+    def details(self) -> dict[str, object]:
+        return {"failures": self.failures}
 
 
-class PromptsError(RegistryError):
-    """A prompts file that is missing, unreadable, malformed or empty."""
-
-
-class ImportFailed(RegistryError):
+class ImportFailed(RegistryError, InvalidInput):
     """A JSON export that cannot be imported (wrong format, conflicting rows)."""

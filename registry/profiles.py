@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry import artifacts
-from registry.errors import NotFound
-from registry.languages import dominant_script, read_prompts, resolve_language
-from registry.records import LanguageProfileRecord
-from registry.schema import Draft, LanguageProfile, Verifier
+from polyspec.registry import artifacts
+from polyspec.registry.errors import NotFound
+from polyspec.registry.languages import dominant_script, read_prompts, resolve_language
+from polyspec.registry.records import LanguageProfileRecord
+from polyspec.registry.schema import Draft, LanguageProfile, Verifier
 
 if TYPE_CHECKING:
-    from registry.store import Registry
+    from polyspec.registry.store import Registry
 
 PLAN_FINETUNE = "finetune"
 PLAN_FROM_SCRATCH = "from-scratch-custom-vocab"
@@ -41,12 +41,12 @@ def sample_prompts(texts: list[str], limit: int) -> list[str]:
 def measure_coverage(verifier_location: str, texts: list[str], drafts: list[tuple[str, str]],
                      reference_vocab: int) -> dict[str, float]:
     """Coverage per active draft vocabulary, or of the English top-N reference when there is no draft."""
-    from models.vocab_ref import english_top_token_ids, token_coverage
+    from polyspec.models.vocab_ref import english_top_token_ids, token_coverage
 
     if not drafts:
         ids = english_top_token_ids(verifier_location, reference_vocab)
         return {f"en-top{reference_vocab}": float(token_coverage(verifier_location, texts, ids))}
-    from models.drafts import draft_token_ids
+    from polyspec.models.drafts import draft_token_ids
 
     tokenizer = _tokenizer(verifier_location) if len(drafts) > 1 else verifier_location
     return {
@@ -56,7 +56,7 @@ def measure_coverage(verifier_location: str, texts: list[str], drafts: list[tupl
 
 
 def _tokenizer(location: str) -> Any:
-    from models.vocab_ref import load_tokenizer
+    from polyspec.models.vocab_ref import load_tokenizer
 
     return load_tokenizer(location)
 

@@ -1,7 +1,8 @@
 """The promotion gate: a candidate becomes active only when it measurably helps its target languages
 and does not hurt the others.
 
-Comparisons use evaluations of the same (benchmark, method, k, evaluation domain): the latest one per key for each
+Comparisons use evaluations of the same (benchmark, method, k, evaluation domain, answer subset): like with like,
+so a figure over non-degenerate answers is never compared with one over all answers. The latest one per key for each
 draft. Baseline for a target language: the best active draft of the same verifier and domain that
 serves it; when none does, the candidate's parent if it was evaluated on that language (what served
 it before, usually the default draft); when there is neither, the language has no baseline and passes on any evaluation.
@@ -14,16 +15,16 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry.errors import PromotionRefused, RegistryError
-from registry.languages import normalize_languages
-from registry.records import PromotionResult
-from registry.schema import Draft, Event
+from polyspec.registry.errors import PromotionRefused, RegistryError
+from polyspec.registry.languages import normalize_languages
+from polyspec.registry.records import PromotionResult
+from polyspec.registry.schema import Draft, Event
 
 # Defaults (see docs/registry.md): with ~80 prompts x ~200 tokens an evaluation has about 10^4
 # speculative steps, so the standard error of a mean acceptance length is about 0.01.
 DEFAULT_DELTA = 0.02  # required gain on each target language (about 2 standard errors)
 DEFAULT_EPSILON = 0.02  # tolerated loss on any other evaluated language (the same noise band)
-EvalKey = tuple[str, str, str, int, str]  # language, benchmark, method, k, evaluation domain
+EvalKey = tuple[str, str, str, int, str, str]  # language, benchmark, method, k, evaluation domain, subset
 
 
 def _ref(d: Draft) -> str:
@@ -33,7 +34,7 @@ def _ref(d: Draft) -> str:
 def latest_evals(draft: Draft) -> dict[EvalKey, float]:
     out: dict[EvalKey, tuple[int, float]] = {}
     for ev in draft.evaluations:
-        key = (ev.language, ev.benchmark, ev.method, ev.k, ev.domain)
+        key = (ev.language, ev.benchmark, ev.method, ev.k, ev.domain, ev.subset or "all")
         if key not in out or ev.id > out[key][0]:
             out[key] = (ev.id, ev.mean_acceptance_length)
     return {k: v[1] for k, v in out.items()}
@@ -57,7 +58,7 @@ def _compare(cand_evals: dict[EvalKey, float], baselines: list[Draft], language:
         if scored:
             before, ref = max(scored)
             rows.append({"language": language, "benchmark": key[1], "method": key[2], "k": key[3], "domain": key[4],
-                         "baseline": ref, "before": round(before, 4), "after": round(after, 4),
+                         "subset": key[5], "baseline": ref, "before": round(before, 4), "after": round(after, 4),
                          "change": round(after - before, 4)})
     return rows
 
@@ -86,7 +87,7 @@ def evaluate_gate(
         rows = _compare(cand_evals, baselines, lang)
         if not rows:
             names = ", ".join(_ref(b) for b in baselines)
-            failures.append(f"{lang}: no evaluation comparable with {names} (same benchmark, method, k and domain)")
+            failures.append(f"{lang}: no evaluation comparable with {names} (same benchmark, method, k, domain and subset)")
             continue
         used.update({b.id: b for b in baselines})
         for row in rows:
@@ -95,7 +96,7 @@ def evaluate_gate(
             if not row["passed"]:
                 failures.append(
                     f"{lang}: mean acceptance length {row['before']:.3f} -> {row['after']:.3f} on {row['benchmark']}"
-                    f"/{row['method']}/k={row['k']} (vs {row['baseline']}), gain {row['change']:+.3f} < {delta}")
+                    f"/{row['method']}/k={row['k']}/{row['subset']} (vs {row['baseline']}), gain {row['change']:+.3f} < {delta}")
     for lang in sorted({k[0] for k in cand_evals} - set(targets)):
         for row in _compare(cand_evals, list(used.values()), lang):
             row["passed"] = row["change"] >= -epsilon - 1e-9
@@ -103,7 +104,7 @@ def evaluate_gate(
             if not row["passed"]:
                 failures.append(
                     f"{lang}: mean acceptance length fell {row['before']:.3f} -> {row['after']:.3f} on "
-                    f"{row['benchmark']}/{row['method']}/k={row['k']} (vs {row['baseline']}), more than {epsilon}")
+                    f"{row['benchmark']}/{row['method']}/k={row['k']}/{row['subset']} (vs {row['baseline']}), more than {epsilon}")
     return comparisons, failures, incumbents
 
 

@@ -11,7 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from registry import schema
+from polyspec.core.counters import SpecCounts
+from polyspec.registry import schema
 
 
 class Record(BaseModel):
@@ -79,6 +80,8 @@ class EvaluationRecord(Record):
     num_prompts: int = 0
     num_tokens: int = 0
     method: str
+    subset: str = "all"  # "all" | "non_degenerate"
+    degenerate_share: float | None = None
     details: dict[str, Any] = Field(default_factory=dict)
     created_at: dt.datetime | None = None
 
@@ -88,8 +91,8 @@ class EvaluationRecord(Record):
             id=row.id, draft=f"{row.draft.name}@{row.draft.version}", benchmark=row.benchmark,
             language=row.language, domain=row.domain, k=row.k, acceptance=list(row.acceptance or []),
             mean_acceptance_length=row.mean_acceptance_length, num_prompts=row.num_prompts,
-            num_tokens=row.num_tokens, method=row.method, details=dict(row.details or {}),
-            created_at=row.created_at,
+            num_tokens=row.num_tokens, method=row.method, subset=row.subset or "all",
+            degenerate_share=row.degenerate_share, details=dict(row.details or {}), created_at=row.created_at,
         )
 
 
@@ -156,17 +159,19 @@ class LiveStatRecord(Record):
     accepted_per_pos: list[int] = Field(default_factory=list)
 
     @property
+    def counts(self) -> SpecCounts:
+        """The row as the one counter type; every figure derives from it."""
+        return SpecCounts(self.requests, self.completion_tokens, self.num_spec_steps, self.num_draft_tokens,
+                          self.num_accepted_tokens, tuple(self.accepted_per_pos))
+
+    @property
     def mean_acceptance_length(self) -> float | None:
         """1 + accepted drafts per step, as vLLM reports it; None before any speculative step."""
-        if self.num_spec_steps <= 0:
-            return None
-        return 1.0 + self.num_accepted_tokens / self.num_spec_steps
+        return self.counts.mean_acceptance_length
 
     @property
     def acceptance(self) -> list[float]:
-        if self.num_spec_steps <= 0:
-            return []
-        return [n / self.num_spec_steps for n in self.accepted_per_pos]
+        return self.counts.acceptance
 
 
 class EventRecord(Record):

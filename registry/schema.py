@@ -76,6 +76,9 @@ class Evaluation(Base):
     num_prompts: Mapped[int] = mapped_column(Integer, default=0)
     num_tokens: Mapped[int] = mapped_column(Integer, default=0)
     method: Mapped[str] = mapped_column(String(20))  # "offline" | "vllm" | "live"
+    # which answers the figures cover: "all", or "non_degenerate" (repetition loops left out, models.degenerate)
+    subset: Mapped[str] = mapped_column(String(20), default="all", server_default="all")
+    degenerate_share: Mapped[float | None] = mapped_column(Float, nullable=True)  # of the answers; None: not measured
     details: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 

@@ -11,24 +11,26 @@ from typing import Any
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from registry import artifacts, db, deployments, profiles, promotion, transfer
-from registry.errors import AlreadyExists, InvalidDraft, InvalidEvaluation, NotFound, RegistryError
-from registry.languages import normalize_languages
-from registry.records import (
+from polyspec.core.acceptance import MAL_TOLERANCE, mal_from_positions
+from polyspec.registry import artifacts, db, deployments, profiles, promotion, transfer
+from polyspec.registry.errors import AlreadyExists, InvalidDraft, InvalidEvaluation, NotFound, RegistryError
+from polyspec.registry.languages import normalize_languages
+from polyspec.registry.records import (
     DeploymentView, DraftRecord, EvaluationRecord, EventRecord, LanguageProfileRecord, LiveStatRecord,
     PromotionResult, VerifierRecord,
 )
-from registry.schema import Draft, Evaluation, Event, Verifier
+from polyspec.registry.schema import Draft, Evaluation, Event, Verifier
 
 DRAFT_STATUSES = ("candidate", "active", "retired")
 EVAL_METHODS = ("offline", "vllm", "live")
+EVAL_SUBSETS = ("all", "non_degenerate")
 DraftRef = str | DraftRecord
 
 
 def open_registry(url: str | None = None) -> Registry:
     """Open (and migrate to head) the registry at ``url``; default: settings' registry URL."""
     if url is None:
-        from polyspec.settings import get_settings
+        from polyspec.core.settings import get_settings
 
         url = get_settings().resolved_registry_url
     engine = db.make_engine(url)
@@ -128,7 +130,7 @@ class Registry:
     def ensure_verifier(self, spec: str | None = None) -> VerifierRecord:
         """The registered verifier named ``spec`` (default: settings' verifier), added on first use."""
         if spec is None:
-            from polyspec.settings import get_settings
+            from polyspec.core.settings import get_settings
 
             spec = get_settings().default_verifier
         with self.session() as s:
@@ -238,11 +240,17 @@ class Registry:
         self, draft: DraftRef, *, benchmark: str, language: str, k: int, acceptance: list[float],
         mean_acceptance_length: float | None = None, num_prompts: int = 0, num_tokens: int = 0,
         method: str = "offline", domain: str = "general", details: Mapping[str, Any] | None = None,
+        subset: str = "all", degenerate_share: float | None = None,
     ) -> EvaluationRecord:
-        """Record a measured acceptance curve. acceptance[i] = P(at least i+1 drafts accepted)."""
+        """Record a measured acceptance curve. acceptance[i] = P(at least i+1 drafts accepted); ``subset`` says
+        which answers it covers ("all" or "non_degenerate"), ``degenerate_share`` the share of loops among them."""
         acc = _check_acceptance(acceptance, k, method)
-        mal = 1.0 + sum(acc)
-        if mean_acceptance_length is not None and abs(mean_acceptance_length - mal) > 1e-3:
+        if subset not in EVAL_SUBSETS:
+            raise InvalidEvaluation(f"subset must be one of {', '.join(EVAL_SUBSETS)}, not {subset!r}")
+        if degenerate_share is not None and not 0.0 <= degenerate_share <= 1.0:
+            raise InvalidEvaluation(f"degenerate_share must lie in [0, 1]: {degenerate_share}")
+        mal = mal_from_positions(acc)
+        if mean_acceptance_length is not None and abs(mean_acceptance_length - mal) > MAL_TOLERANCE:
             raise InvalidEvaluation(
                 f"mean acceptance length {mean_acceptance_length:.4f} disagrees with 1 + sum(acceptance) = {mal:.4f}")
         lang = normalize_languages([language])[0]
@@ -250,7 +258,7 @@ class Registry:
             row = Evaluation(
                 draft=draft_row(s, draft), benchmark=benchmark, language=lang, domain=domain, k=k, acceptance=acc,
                 mean_acceptance_length=mal, num_prompts=int(num_prompts), num_tokens=int(num_tokens),
-                method=method, details=dict(details or {}),
+                method=method, subset=subset, degenerate_share=degenerate_share, details=dict(details or {}),
             )
             s.add(row)
             s.flush()
@@ -258,7 +266,7 @@ class Registry:
 
     def evaluations(
         self, draft: DraftRef | None = None, *, language: str | None = None, benchmark: str | None = None,
-        method: str | None = None,
+        method: str | None = None, subset: str | None = None,
     ) -> list[EvaluationRecord]:
         with self.session() as s:
             query = select(Evaluation).order_by(Evaluation.id)
@@ -270,6 +278,8 @@ class Registry:
                 query = query.where(Evaluation.benchmark == benchmark)
             if method is not None:
                 query = query.where(Evaluation.method == method)
+            if subset is not None:
+                query = query.where(Evaluation.subset == subset)
             return [EvaluationRecord.of(r) for r in s.scalars(query)]
 
     def best_evaluations(self, draft: DraftRef | None = None, **filters: Any) -> list[EvaluationRecord]:

@@ -13,8 +13,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry.errors import ImportFailed
-from registry.schema import Deployment, Draft, Evaluation, Event, LanguageProfile, LiveStat, Verifier
+from polyspec.registry.errors import ImportFailed
+from polyspec.registry.schema import Deployment, Draft, Evaluation, Event, LanguageProfile, LiveStat, Verifier
 
 FORMAT = "polyspec-registry"
 FORMAT_VERSION = 1
@@ -22,7 +22,8 @@ _VERIFIER_COLS = ("name", "location", "architecture", "vocab_size", "hidden_size
 _DRAFT_COLS = ("name", "version", "location", "checksums", "languages", "domain", "draft_vocab_size", "k",
                "provenance", "status")
 _EVAL_COLS = ("benchmark", "language", "domain", "k", "acceptance", "mean_acceptance_length", "num_prompts",
-              "num_tokens", "method", "details")
+              "num_tokens", "method", "subset", "degenerate_share", "details")
+_EVAL_DEFAULTS = {"subset": "all", "degenerate_share": None}  # exports written before migration 0002 lack them
 _DEPLOY_COLS = ("name", "url", "launch", "languages", "domain", "is_default", "status")
 _PROFILE_COLS = ("code", "name", "script", "is_latin", "coverage", "plan", "reason", "prompts_file", "num_prompts")
 _LIVE_COLS = ("router_id", "language", "domain", "draft_name", "requests", "completion_tokens", "num_spec_steps",
@@ -121,11 +122,13 @@ def _import(s: Session, data: Mapping[str, Any]) -> dict[str, int]:
 
 
 def _import_evaluations(s: Session, items: list[dict[str, Any]], drafts: dict[str, Draft]) -> int:
-    seen = {(_ref(e.draft), e.benchmark, e.language, e.k, e.method, _iso(e.created_at))
+    seen = {(_ref(e.draft), e.benchmark, e.language, e.k, e.method, e.subset or "all", _iso(e.created_at))
             for e in s.scalars(select(Evaluation))}
     n = 0
     for item in items:
-        key = (item["draft"], item["benchmark"], item["language"], item["k"], item["method"], item.get("created_at"))
+        item = {**_EVAL_DEFAULTS, **item}
+        key = (item["draft"], item["benchmark"], item["language"], item["k"], item["method"], item["subset"],
+               item.get("created_at"))
         if key in seen:
             continue
         if item["draft"] not in drafts:

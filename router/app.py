@@ -7,7 +7,6 @@ Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, /health
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -20,12 +19,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
-from router.asgi import HOT_PATHS, Endpoint, HotPath
-from router.config import RouterConfig
-from router.errors import RouterError, error_body
-from router.proxy import serve_completion
-from router.runtime import RouterRuntime
-from router.table import TableSource
+from polyspec.router import admin
+from polyspec.router.asgi import HOT_PATHS, Endpoint, HotPath
+from polyspec.router.config import RouterConfig
+from polyspec.router.errors import RouterError, error_body
+from polyspec.router.proxy import serve_completion
+from polyspec.router.runtime import RouterRuntime
+from polyspec.router.table import TableSource
 
 
 def create_app(
@@ -50,11 +50,8 @@ def create_app(
     app.state.runtime = runtime
     _install_error_handlers(app)
     _install_routes(app, runtime)
-    if mount_admin and importlib.util.find_spec("router.admin") is not None:
-        import router.admin as admin
-
-        if hasattr(admin, "mount"):
-            admin.mount(app, runtime)
+    if mount_admin:
+        admin.mount(app, runtime)
     return app
 
 

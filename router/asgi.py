@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from router.errors import BodyTooLarge, RouterError
+from polyspec.router.errors import BodyTooLarge, RouterError
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

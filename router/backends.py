@@ -13,8 +13,8 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from router.config import RouterConfig
-from router.upstream import UPSTREAM_ERRORS, Upstream
+from polyspec.router.config import RouterConfig
+from polyspec.router.upstream import UPSTREAM_ERRORS, Upstream
 
 log = logging.getLogger("polyspec.router")
 

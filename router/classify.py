@@ -17,50 +17,13 @@ from typing import Any
 
 import msgspec
 
-from models.langid import UNDETERMINED, LabelSet, allowed_labels, clean_for_langid, detect_cleaned
-from router.errors import BadRequest
+from polyspec.core.domains import detect_domain
+from polyspec.core.langid import UNDETERMINED, LabelSet, allowed_labels, clean_for_langid, detect_cleaned
+from polyspec.router.errors import BadRequest
 
 ROUTER_BODY_KEY = "polyspec"
 HEADER_PREFIX = "x-polyspec-"
 _PIN = re.compile(r"[a-z0-9_.-]{1,32}")
-
-
-class _Ordered:
-    r"""The regex ``HEAD[\s\S]*TAIL`` as two searches: TAIL after the first HEAD.
-
-    The one-regex form retries the greedy ``[\s\S]*`` from every HEAD and goes quadratic on long
-    prompts; the first HEAD ends earliest, so searching TAIL after it finds a match exactly when the
-    one-regex form does.
-    """
-
-    def __init__(self, head: str, tail: str, tail_needles: tuple[str, ...]) -> None:
-        self.head, self.tail, self.tail_needles = re.compile(head), re.compile(tail), tail_needles
-
-    def search(self, text: str) -> bool:
-        first = self.head.search(text)
-        if first is None or all(text.find(n, first.end()) < 0 for n in self.tail_needles):
-            return False
-        return self.tail.search(text, first.end()) is not None
-
-
-# Signals of source code in a prompt. Two or more distinct hits (or one fenced block) mean "code".
-# Each pattern comes with substrings one of which any match must contain: the substring scan (C speed)
-# lets most prose skip the regex; it never changes the result.
-_FENCE = "```"
-_CODE_SIGNALS: list[tuple[tuple[str, ...], Any]] = [
-    (("def", "class"), re.compile(r"^\s*(def|class)\s+\w+.*:\s*$", re.MULTILINE)),
-    (("import", "from"), re.compile(r"^\s*(import|from)\s+[\w.]+(\s+import\s+\w+)?\s*$", re.MULTILINE)),
-    (("#include",), re.compile(r"^\s*#include\s*[<\"]", re.MULTILINE)),
-    (("function", "const", "let", "var"), re.compile(r"\b(function|const|let|var)\s+\w+\s*[=(]")),
-    (("public",), re.compile(r"\bpublic\s+(static\s+)?(void|int|class|String)\b")),
-    ((";", "{", "}"), re.compile(r"[;{}]\s*$", re.MULTILINE)),
-    (("return",), re.compile(r"\breturn\b[^\n]*;?\s*$", re.MULTILINE)),
-    (("printf", "println", "console.log", "System.out"),
-     re.compile(r"\b(printf|println|console\.log|System\.out)\s*\(")),
-    (("=>", "==", "!=", "+=", "->", "::"), re.compile(r"=>|==|!=|\+=|->|::")),
-    (("SELECT", "INSERT", "UPDATE", "DELETE"),
-     _Ordered(r"\b(SELECT|INSERT|UPDATE|DELETE)\b", r"\b(FROM|INTO|SET|WHERE)\b", ("FROM", "INTO", "SET", "WHERE"))),
-]
 
 
 @dataclass(frozen=True)
@@ -153,18 +116,6 @@ def prompt_text(body: Mapping[str, Any], kind: str) -> str:
     if not isinstance(prompt, str):
         raise BadRequest("'prompt' must be a string or an array.", param="prompt")
     return prompt
-
-
-def detect_domain(text: str) -> str:
-    if _FENCE in text:
-        return "code"
-    hits = 0
-    for needles, pattern in _CODE_SIGNALS:
-        if any(needle in text for needle in needles) and pattern.search(text):
-            hits += 1
-            if hits >= 2:
-                return "code"
-    return "general"
 
 
 def pop_router_fields(body: dict[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,8 @@
-"""`polyspec` commands contributed by the router package: `serve`, `langid` (and `up`, from the fleet part)."""
+"""`polyspec` commands contributed by the router package: `serve` and `langid`. (`up`, which also starts
+engines, belongs to the application layer: polyspec/up.py.)"""
 
 from __future__ import annotations
+
 
 import json
 import sys
@@ -22,8 +24,8 @@ def serve(
     import uvicorn
     from pydantic import ValidationError
 
-    from router.app import create_app
-    from router.config import RouterConfig
+    from polyspec.router.app import create_app
+    from polyspec.router.config import RouterConfig
 
     overrides = {"host": host, "port": port, "registry_url": registry, "language_threshold": threshold,
                  "capture": capture, "router_id": router_id}
@@ -45,7 +47,7 @@ def langid(
     restrict: Optional[str] = typer.Option(None, help="Comma-separated labels to choose from, e.g. fr,en,de."),
 ) -> None:
     """Identify the language of each line of standard input (fastText lid.176, offline)."""
-    from models.langid import detect_many
+    from polyspec.core.langid import detect_many
 
     labels = [x.strip() for x in restrict.split(",") if x.strip()] if restrict else None
     if restrict is not None and not labels:
@@ -74,41 +76,3 @@ def register(root: typer.Typer) -> None:
     """Mount this package's commands on the root CLI."""
     root.command("serve")(serve)
     root.command("langid")(langid)
-    if "register_fleet" in globals():  # helper fleet's `polyspec up`, defined below
-        globals()["register_fleet"](root)
-
-
-# --- `polyspec up` (helper fleet) goes below this line, exposed as register_fleet(root) -------------
-
-from pathlib import Path  # noqa: E402 (typer resolves the annotation below at runtime)
-
-
-def up(
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Fleet YAML (verifier, engines, router); "
-                                          "default: the registry's active deployments.", dir_okay=False),
-    host: Optional[str] = typer.Option(None, help="Router listen address (default 127.0.0.1 or the YAML's)."),
-    port: Optional[int] = typer.Option(None, help="Router port (default 8000 or the YAML's)."),
-    registry: Optional[str] = typer.Option(None, "--registry", help="Registry URL (default: POLYSPEC_REGISTRY_URL)."),
-    base_port: int = typer.Option(8101, help="First port for launched engines without one."),
-    ready_timeout: float = typer.Option(900.0, help="Seconds to wait for each engine's health."),
-    log_level: str = typer.Option("warning", help="uvicorn log level."),
-) -> None:
-    """Start one vLLM engine per active deployment (or per --config entry), then the router. Ctrl-C stops all."""
-    from polyspec.settings import get_settings
-    from registry.errors import RegistryError
-    from router.fleet import FleetError, plan_up, run_up
-    from router.yamlspec import FleetConfigError
-
-    try:
-        plan = plan_up(config, host=host, port=port, registry_url=registry, base_port=base_port)
-        run_up(plan, logs_dir=get_settings().home / "logs", ready_timeout=ready_timeout, log_level=log_level)
-    except (FleetError, FleetConfigError, RegistryError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
-    except KeyboardInterrupt:
-        typer.echo("interrupted; fleet stopped", err=True)
-        raise typer.Exit(130) from None
-
-
-def register_fleet(root: typer.Typer) -> None:
-    root.command("up")(up)

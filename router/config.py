@@ -6,6 +6,8 @@ Everything the router does that could reasonably be tuned lives here, so that `p
 
 from __future__ import annotations
 
+from polyspec.core.settings import get_settings
+
 import socket
 from pathlib import Path
 
@@ -76,13 +78,11 @@ class RouterConfig(BaseSettings):
     def resolved_default_language(self) -> str:
         if self.default_language:
             return self.default_language
-        from polyspec.settings import get_settings
 
         return get_settings().default_language
 
     def resolved_capture_dir(self) -> Path:
         if self.capture_dir is not None:
             return self.capture_dir.expanduser()
-        from polyspec.settings import get_settings
 
         return get_settings().home / "capture"

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from polyspec.core.errors import PolyspecError
+
 import json
 from typing import Any
 
 from fastapi.responses import JSONResponse
 
 
-class RouterError(Exception):
+class RouterError(PolyspecError):
     """An error the client sees as an OpenAI error object."""
 
     status = 500
@@ -17,7 +19,6 @@ class RouterError(Exception):
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
-        self.message = message
         self.param = param
         if code is not None:
             self.code = code

@@ -11,11 +11,11 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from router.classify import Decision, encode_body
-from router.errors import RouterError, UpstreamFailed, UpstreamTimeout
-from router.policy import Target
-from router.runtime import RouterRuntime
-from router.upstream import is_timeout
+from polyspec.router.classify import Decision, encode_body
+from polyspec.router.errors import RouterError, UpstreamFailed, UpstreamTimeout
+from polyspec.router.policy import Target
+from polyspec.router.runtime import RouterRuntime
+from polyspec.router.upstream import is_timeout
 
 PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 PASSED_UPSTREAM_HEADERS = ("x-request-id",)

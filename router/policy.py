@@ -25,13 +25,14 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from router.table import Pool, Replica, RoutingTable
+from polyspec.core.acceptance import mean_acceptance_length
+from polyspec.router.table import Pool, Replica, RoutingTable
 
 GENERAL = "general"
 
 
 class AcceptanceCounts(Protocol):
-    """What the blend reads of a live aggregate (router.table.LiveRow, router.telemetry.Agg)."""
+    """What the blend reads of a live aggregate (core.counters.SpecCounts, router.table.LiveRow)."""
 
     @property
     def num_spec_steps(self) -> int: ...
@@ -47,7 +48,7 @@ def blended_mal(pool: Pool, language: str, domain: str, live: LiveLookup, prior_
     offline = pool.offline_mal.get(language)
     row = live.get((language, domain, pool.draft))
     n = row.num_spec_steps if row else 0
-    live_mal = 1.0 + row.num_accepted_tokens / n if row and n else None
+    live_mal = mean_acceptance_length(row.num_accepted_tokens, n) if row else None
     if offline is None:
         return live_mal
     if live_mal is None:

@@ -16,17 +16,17 @@ import asyncio
 import time
 from typing import Any
 
-from router.asgi import (
+from polyspec.router.asgi import (
     ClientDisconnected, DisconnectWatch, Receive, Scope, Send, content_type, read_body, request_headers,
     send_error, send_response,
 )
-from router.classify import classify, decode_body, pop_router_fields, upstream_headers
-from router.errors import BadRequest, ModelNotFound, NoBackend, RouterError
-from router.job import Job, attempt_failed, completion_telemetry, fail, give_up, payload, record, router_headers
-from router.policy import candidate_pools, plan_attempts
-from router.runtime import RouterRuntime
-from router.stream import stream
-from router.upstream import UPSTREAM_ERRORS
+from polyspec.router.classify import classify, decode_body, pop_router_fields, upstream_headers
+from polyspec.router.errors import BadRequest, ModelNotFound, NoBackend, RouterError
+from polyspec.router.job import Job, attempt_failed, completion_telemetry, fail, give_up, payload, record, router_headers
+from polyspec.router.policy import candidate_pools, plan_attempts
+from polyspec.router.runtime import RouterRuntime
+from polyspec.router.stream import stream
+from polyspec.router.upstream import UPSTREAM_ERRORS
 
 
 def _model_filter(rt: RouterRuntime, model: Any) -> frozenset[str] | None:

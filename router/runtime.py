@@ -10,12 +10,12 @@ from typing import Any
 
 import anyio
 
-from models.langid import LabelSet, allowed_labels
-from router.backends import Backends
-from router.capture import PromptCapture
-from router.config import RouterConfig
-from router.table import RegistrySource, RoutingTable, TableSource, build_table
-from router.telemetry import Telemetry
+from polyspec.core.langid import LabelSet, allowed_labels
+from polyspec.router.backends import Backends
+from polyspec.router.capture import PromptCapture
+from polyspec.router.config import RouterConfig
+from polyspec.router.table import RegistrySource, RoutingTable, TableSource, build_table
+from polyspec.router.telemetry import Telemetry
 
 log = logging.getLogger("polyspec.router")
 
@@ -63,7 +63,7 @@ class RouterRuntime:
         except Exception as exc:
             log.warning("could not read live stats: %s", exc)
             return
-        from router.telemetry import merge_rows
+        from polyspec.router.telemetry import merge_rows
 
         self.telemetry.set_shared(merge_rows(rows))
 
@@ -92,7 +92,7 @@ class RouterRuntime:
                 log.exception("background task failed")
 
     async def start(self) -> None:
-        from models.langid import detect
+        from polyspec.core.langid import detect
 
         await anyio.to_thread.run_sync(detect, "warm up")  # loads fastText now, not on the first request
         await self.refresh()

@@ -15,14 +15,14 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from router.asgi import Send, content_type, send_response
-from router.errors import sse_error
-from router.job import (
+from polyspec.router.asgi import Send, content_type, send_response
+from polyspec.router.errors import sse_error
+from polyspec.router.job import (
     Job, Reported, attempt_failed, decode_reported, fail, give_up, payload, record, reported_telemetry, router_headers,
 )
-from router.policy import Target
-from router.runtime import RouterRuntime
-from router.upstream import UPSTREAM_ERRORS, is_timeout
+from polyspec.router.policy import Target
+from polyspec.router.runtime import RouterRuntime
+from polyspec.router.upstream import UPSTREAM_ERRORS, is_timeout
 
 _USAGE = b'"usage"'
 _DONE = b"data: [DONE]\n\n"

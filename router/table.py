@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from polyspec.core.counters import SpecCounts
+
 NO_DRAFT = "none"
 _CACHE_LIMIT = 4096
 
@@ -106,35 +108,26 @@ class RoutingTable:
 
 @dataclass(frozen=True)
 class LiveRow:
-    """Additive live-acceptance counters for one (language, domain, draft)."""
+    """Live-acceptance counters (:class:`SpecCounts`) for one (language, domain, draft).
+
+    Reads of the counters and of the derived figures (``acceptance``, ``mean_acceptance_length``) go to
+    ``counts``: there is one counter type, and one place that derives figures from it.
+    """
 
     language: str
     domain: str
     draft: str
-    requests: int = 0
-    completion_tokens: int = 0
-    num_spec_steps: int = 0
-    num_draft_tokens: int = 0
-    num_accepted_tokens: int = 0
-    accepted_per_pos: tuple[int, ...] = ()
+    counts: SpecCounts = SpecCounts()
 
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.language, self.domain, self.draft)
 
-    @property
-    def acceptance(self) -> list[float] | None:
-        """P(>= i drafts accepted) for i = 1..k; None without speculative steps."""
-        if self.num_spec_steps <= 0:
-            return None
-        return [n / self.num_spec_steps for n in self.accepted_per_pos]
-
-    @property
-    def mean_acceptance_length(self) -> float | None:
-        """1 + accepted draft tokens / verify steps (vLLM's definition); None without speculative steps."""
-        if self.num_spec_steps <= 0:
-            return None
-        return 1.0 + self.num_accepted_tokens / self.num_spec_steps
+    def __getattr__(self, name: str) -> Any:
+        # Only called for names the dataclass lacks: requests, num_spec_steps, acceptance, ...
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.counts, name)
 
 
 class TableSource(Protocol):
@@ -211,7 +204,7 @@ class RegistrySource:
             if (st.st_dev, st.st_ino) != identity:
                 self._drop()  # replaced, e.g. restored from a backup: read the new file
         if self._registry is None:
-            from registry import open_registry
+            from polyspec.registry import open_registry
 
             self._registry = open_registry(self._url)
             url = self._registry.engine.url
@@ -246,28 +239,32 @@ class RegistrySource:
 
 
 def live_row_dict(row: LiveRow) -> dict[str, Any]:
+    c = row.counts
     return {
         "language": row.language,
         "domain": row.domain,
         "draft_name": row.draft,
-        "requests": row.requests,
-        "completion_tokens": row.completion_tokens,
-        "num_spec_steps": row.num_spec_steps,
-        "num_draft_tokens": row.num_draft_tokens,
-        "num_accepted_tokens": row.num_accepted_tokens,
-        "accepted_per_pos": list(row.accepted_per_pos),
+        "requests": c.requests,
+        "completion_tokens": c.completion_tokens,
+        "num_spec_steps": c.num_spec_steps,
+        "num_draft_tokens": c.num_draft_tokens,
+        "num_accepted_tokens": c.num_accepted_tokens,
+        "accepted_per_pos": list(c.accepted_per_pos),
     }
 
 
 def to_live_row(row: Any) -> LiveRow:
-    return LiveRow(
-        language=_attr(row, "language"),
-        domain=_attr(row, "domain") or "general",
-        draft=_attr(row, "draft_name") or _attr(row, "draft") or NO_DRAFT,
+    counts = SpecCounts(
         requests=int(_attr(row, "requests", 0) or 0),
         completion_tokens=int(_attr(row, "completion_tokens", 0) or 0),
         num_spec_steps=int(_attr(row, "num_spec_steps", 0) or 0),
         num_draft_tokens=int(_attr(row, "num_draft_tokens", 0) or 0),
         num_accepted_tokens=int(_attr(row, "num_accepted_tokens", 0) or 0),
         accepted_per_pos=tuple(int(x) for x in (_attr(row, "accepted_per_pos") or ())),
+    )
+    return LiveRow(
+        language=_attr(row, "language"),
+        domain=_attr(row, "domain") or "general",
+        draft=_attr(row, "draft_name") or _attr(row, "draft") or NO_DRAFT,
+        counts=counts,
     )

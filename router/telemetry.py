@@ -15,87 +15,21 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter as PCounter, Gauge, Histogram
 
-from router.table import LiveRow
+from polyspec.core.counters import SpecCounts
+from polyspec.router.table import LiveRow
 
 CONFIDENCE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
-@dataclass(frozen=True)
-class SpecCounts:
-    """One response's ``metrics.speculative_decoding``, reduced to additive counters."""
-
-    num_spec_steps: int
-    num_draft_tokens: int
-    num_accepted_tokens: int
-    accepted_per_pos: tuple[int, ...]
-
-
-def spec_counts(spec: Mapping[str, Any] | None) -> SpecCounts | None:
-    if not spec:
-        return None
-    hist = [int(x) for x in spec.get("acceptance_histogram") or []]
-    return SpecCounts(
-        num_spec_steps=int(spec.get("num_spec_steps", sum(hist))),
-        num_draft_tokens=int(spec.get("num_draft_tokens", 0)),
-        num_accepted_tokens=int(spec.get("num_accepted_draft_tokens", sum(j * c for j, c in enumerate(hist)))),
-        accepted_per_pos=tuple(sum(hist[i:]) for i in range(1, len(hist))),
-    )
-
-
-@dataclass
-class Agg:
-    requests: int = 0
-    completion_tokens: int = 0
-    num_spec_steps: int = 0
-    num_draft_tokens: int = 0
-    num_accepted_tokens: int = 0
-    accepted_per_pos: list[int] = field(default_factory=list)
-
-    @classmethod
-    def of(cls, row: LiveRow) -> Agg:
-        return cls(row.requests, row.completion_tokens, row.num_spec_steps, row.num_draft_tokens,
-                   row.num_accepted_tokens, list(row.accepted_per_pos))
-
-    def add(self, counts: SpecCounts | None, completion_tokens: int) -> None:
-        self.requests += 1
-        self.completion_tokens += completion_tokens
-        if counts is None:
-            return
-        self.num_spec_steps += counts.num_spec_steps
-        self.num_draft_tokens += counts.num_draft_tokens
-        self.num_accepted_tokens += counts.num_accepted_tokens
-        per_pos = counts.accepted_per_pos
-        if len(per_pos) > len(self.accepted_per_pos):
-            self.accepted_per_pos += [0] * (len(per_pos) - len(self.accepted_per_pos))
-        for i, n in enumerate(per_pos):
-            self.accepted_per_pos[i] += n
-
-    def row(self, key: tuple[str, str, str]) -> LiveRow:
-        return LiveRow(*key, self.requests, self.completion_tokens, self.num_spec_steps,
-                       self.num_draft_tokens, self.num_accepted_tokens, tuple(self.accepted_per_pos))
-
-
 def acceptance_summary(row: LiveRow) -> dict[str, Any]:
-    """P(>= i accepted) per position and the mean acceptance length (1 + sum), as the registry stores them."""
-    return {
-        "language": row.language,
-        "domain": row.domain,
-        "draft": row.draft,
-        "requests": row.requests,
-        "completion_tokens": row.completion_tokens,
-        "num_spec_steps": row.num_spec_steps,
-        "num_draft_tokens": row.num_draft_tokens,
-        "num_accepted_tokens": row.num_accepted_tokens,
-        "accepted_per_pos": list(row.accepted_per_pos),
-        "acceptance": row.acceptance or [],
-        "mean_acceptance_length": row.mean_acceptance_length,
-    }
+    """The row's counters, per-position acceptance and mean acceptance length, as the registry stores them."""
+    return {"language": row.language, "domain": row.domain, "draft": row.draft, **row.counts.as_dict()}
 
 
 def merge_rows(*groups: Iterable[LiveRow]) -> dict[tuple[str, str, str], LiveRow]:
@@ -103,26 +37,8 @@ def merge_rows(*groups: Iterable[LiveRow]) -> dict[tuple[str, str, str], LiveRow
     for rows in groups:
         for row in rows:
             old = out.get(row.key)
-            if old is None:
-                out[row.key] = row
-                continue
-            n = max(len(old.accepted_per_pos), len(row.accepted_per_pos))
-            pos = [
-                (old.accepted_per_pos[i] if i < len(old.accepted_per_pos) else 0)
-                + (row.accepted_per_pos[i] if i < len(row.accepted_per_pos) else 0)
-                for i in range(n)
-            ]
-            out[row.key] = replace(
-                old,
-                requests=old.requests + row.requests,
-                completion_tokens=old.completion_tokens + row.completion_tokens,
-                num_spec_steps=old.num_spec_steps + row.num_spec_steps,
-                num_draft_tokens=old.num_draft_tokens + row.num_draft_tokens,
-                num_accepted_tokens=old.num_accepted_tokens + row.num_accepted_tokens,
-                accepted_per_pos=tuple(pos),
-            )
+            out[row.key] = row if old is None else replace(old, counts=old.counts + row.counts)
     return out
-
 
 class _Labelled:
     """``metric.labels(*values)``, memoised: prometheus_client validates the values and takes a lock on
@@ -187,12 +103,12 @@ class Telemetry:
         self.router_id = router_id
         self.started_at = time.time()
         self.metrics = Metrics()
-        self.cumulative: dict[Key, Agg] = {}
-        self.pending: dict[Key, Agg] = {}
+        self.cumulative: dict[Key, SpecCounts] = {}
+        self.pending: dict[Key, SpecCounts] = {}
         self.shared: dict[Key, LiveRow] = {}  # all routers, from the registry (set with set_shared)
         # shared + pending, what the policy blends; kept up to date per request instead of being merged
         # from scratch per request. None: rebuild on next read.
-        self._live: dict[Key, Agg] | None = None
+        self._live: dict[Key, SpecCounts] | None = None
         self.traffic: Counter[tuple[str, str]] = Counter()
         self.statuses: Counter[str] = Counter()
         self.confidence_counts = [0] * len(CONFIDENCE_BUCKETS)
@@ -212,16 +128,14 @@ class Telemetry:
         self.metrics.requests_of(endpoint, language, domain, backend, status).inc()
 
     def observe_acceptance(self, key: Key, spec: Mapping[str, Any] | None, completion_tokens: int) -> None:
-        counts = spec_counts(spec)
+        counts = SpecCounts.from_vllm_metrics(spec, completion_tokens)
         stores = [self.cumulative, self.pending] if self._live is None else [self.cumulative, self.pending, self._live]
         for store in stores:
-            agg = store.get(key)
-            if agg is None:
-                agg = store[key] = Agg()
-            agg.add(counts, completion_tokens)
+            old = store.get(key)
+            store[key] = counts if old is None else old + counts
         m = self.metrics
         m.completion_tokens_of(*key).inc(completion_tokens)
-        if counts is None:
+        if not spec:
             return
         m.spec_steps_of(*key).inc(counts.num_spec_steps)
         m.draft_tokens_of(*key).inc(counts.num_draft_tokens)
@@ -234,29 +148,29 @@ class Telemetry:
         self._live = None
 
     def take_pending(self) -> list[LiveRow]:
-        rows = [agg.row(key) for key, agg in self.pending.items()]
+        rows = [LiveRow(*key, counts) for key, counts in self.pending.items()]
         self.pending = {}
         self._live = None
         return rows
 
     def restore_pending(self, rows: list[LiveRow]) -> None:
         """A flush failed: put its deltas back so the next flush carries them."""
-        merged = merge_rows(rows, (agg.row(k) for k, agg in self.pending.items()))
-        self.pending = {key: Agg.of(row) for key, row in merged.items()}
+        merged = merge_rows(rows, (LiveRow(*k, c) for k, c in self.pending.items()))
+        self.pending = {key: row.counts for key, row in merged.items()}
         self._live = None
 
-    def live_lookup(self) -> Mapping[Key, Agg]:
+    def live_lookup(self) -> Mapping[Key, SpecCounts]:
         """What the policy blends: the registry's totals (all routers) plus this router's unflushed deltas.
 
         Read-only for callers: the mapping is the router's own, updated in place as requests finish.
         """
         if self._live is None:
-            merged = merge_rows(self.shared.values(), (agg.row(k) for k, agg in self.pending.items()))
-            self._live = {key: Agg.of(row) for key, row in merged.items()}
+            merged = merge_rows(self.shared.values(), (LiveRow(*k, c) for k, c in self.pending.items()))
+            self._live = {key: row.counts for key, row in merged.items()}
         return self._live
 
     def local_rows(self) -> list[LiveRow]:
-        return [agg.row(key) for key, agg in sorted(self.cumulative.items())]
+        return [LiveRow(*key, counts) for key, counts in sorted(self.cumulative.items())]
 
     def snapshot_dict(self, table: Any, backends: Any) -> dict[str, Any]:
         total = sum(self.traffic.values())
@@ -265,7 +179,7 @@ class Telemetry:
             "started_at": self.started_at,
             "flushed_at": self.flushed_at,
             "aggregates": [acceptance_summary(r) for r in self.local_rows()],
-            "shared_aggregates": [acceptance_summary(agg.row(k)) for k, agg in sorted(self.live_lookup().items())],
+            "shared_aggregates": [acceptance_summary(LiveRow(*k, c)) for k, c in sorted(self.live_lookup().items())],
             "traffic": [
                 {"language": lang, "domain": dom, "requests": n, "share": n / total if total else 0.0}
                 for (lang, dom), n in self.traffic.most_common()

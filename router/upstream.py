@@ -12,7 +12,7 @@ import asyncio
 
 import aiohttp
 
-from router.config import RouterConfig
+from polyspec.router.config import RouterConfig
 
 # Everything a failed attempt at an engine can raise: connection errors, broken payloads, timeouts.
 UPSTREAM_ERRORS: tuple[type[BaseException], ...] = (aiohttp.ClientError, asyncio.TimeoutError)

@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from models.vocab_ref import EN_FREQ_FILE, MTBENCH_EN, count_tokens, load_tokenizer, mtbench_en_turns  # noqa: E402
-from models.vocab_ref import tokenizer_fingerprint  # noqa: E402
+from polyspec.core.atomic import atomic_write_text  # noqa: E402
+from polyspec.models.vocab_ref import EN_FREQ_FILE, MTBENCH_EN, count_tokens, load_tokenizer, mtbench_en_turns  # noqa: E402
+from polyspec.models.vocab_ref import tokenizer_fingerprint  # noqa: E402
 
 
 def main() -> None:
@@ -30,7 +29,7 @@ def main() -> None:
 
     from rich.progress import track
 
-    from models.verifiers import resolve_verifier
+    from polyspec.models.verifiers import resolve_verifier
 
     verifier = resolve_verifier(args.verifier)
     tokenizer = load_tokenizer(verifier.path)
@@ -52,13 +51,7 @@ def main() -> None:
         "num_distinct": len(counts),
         "counts": {str(i): c for i, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))},
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=args.out.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(table, fh, separators=(",", ":"))
-        fh.write("\n")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, args.out)
+    atomic_write_text(args.out, json.dumps(table, separators=(",", ":")) + "\n")
     print(f"wrote {args.out}: {table['num_tokens']} tokens, {table['num_distinct']} distinct ids, "
           f"{args.out.stat().st_size / 1024:.0f} KB (MT-Bench file: {MTBENCH_EN.name})")
 

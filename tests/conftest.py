@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.skips import ALLOWED_SKIPS, is_allowed, skip_reason
+
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
@@ -21,7 +23,7 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def verifier():
     """The bundled SmolLM2-135M-Instruct verifier, prepared once in POLYSPEC_HOME."""
-    from models.verifiers import prepare_verifier
+    from polyspec.models.verifiers import prepare_verifier
 
     return prepare_verifier()
 
@@ -29,7 +31,7 @@ def verifier():
 @pytest.fixture()
 def registry_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A fresh SQLite registry for one test, also exported to subprocesses through the environment."""
-    from polyspec.settings import reset_settings_cache
+    from polyspec.core.settings import reset_settings_cache
 
     url = f"sqlite:///{tmp_path / 'registry.db'}"
     monkeypatch.setenv("POLYSPEC_REGISTRY_URL", url)
@@ -41,12 +43,42 @@ def registry_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 @pytest.fixture(scope="session")
 def base_draft_dir(verifier, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real (untrained) speculators Eagle3 draft for the bundled verifier, English top-N vocabulary."""
-    from models.draft_build import create_draft
-    from models.vocab_ref import english_top_token_ids
+    from polyspec.models.draft_build import create_draft
+    from polyspec.models.vocab_ref import english_top_token_ids
 
     out = tmp_path_factory.mktemp("drafts") / "en-base"
     ids = english_top_token_ids(verifier.path, n=8192)
     return create_draft(verifier.path, out, t2d_token_ids=ids, num_layers=1, seed=0)
+
+
+SHARED_SERVED_NAME = "smollm2"  # the model name the shared engines serve
+
+
+@pytest.fixture(scope="session")
+def engine_processes(verifier, tmp_path_factory):
+    """Two real vLLM engines, lang -> VllmEngine, started once per session and shared by every test area:
+    an engine start is the slow part of the suite, so a test that needs a live engine but not its own
+    draft or flags uses these. They serve the shipped English base and French drafts (trained, so
+    acceptance is non-zero and telemetry comparisons are not vacuous) with 1 unpinned OpenMP thread each
+    (2-core machine). tests/router/test_faults_engines.py kills and restarts the French one on its port;
+    every other test sees them as started."""
+    from polyspec.models.shipped import shipped_for_language
+    from polyspec.models.vllm_engine import EngineSpec, VllmEngine
+
+    root = tmp_path_factory.mktemp("router-engines")
+    running: dict[str, VllmEngine] = {}
+    try:
+        for lang in ("en", "fr"):
+            spec = EngineSpec(verifier=verifier.path, draft=shipped_for_language(verifier.name, lang).path,
+                              served_model_name=SHARED_SERVED_NAME, cpu_bind="nobind", threads=1, kv_cache_gib=1,
+                              max_model_len=1024)
+            running[lang] = VllmEngine(spec, root / f"{lang}.log").start()
+        for engine in running.values():
+            engine.wait_ready(timeout=900, progress=False)
+        yield running
+    finally:
+        for engine in running.values():
+            engine.stop()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -57,3 +89,39 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "integration" in item.keywords or "browser" in item.keywords:
             item.add_marker(skip)
+
+
+# --- No silent skips: any skip whose reason tests/skips.py does not allow fails the session. -----------------
+_UNEXPECTED_SKIPS: list[tuple[str, str]] = []
+
+
+def _note_skip(report: pytest.CollectReport | pytest.TestReport) -> None:
+    if not report.skipped or hasattr(report, "wasxfail"):  # an xfail is reported as skipped; xfail_strict rules it
+        return
+    reason = skip_reason(report.longrepr)
+    if not is_allowed(reason):
+        _UNEXPECTED_SKIPS.append((report.nodeid, reason))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _note_skip(report)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    _note_skip(report)  # a module-level skip (pytest.skip(allow_module_level=True), importorskip at import)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _UNEXPECTED_SKIPS and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:  # noqa: ANN001
+    if not _UNEXPECTED_SKIPS:
+        return
+    tr = terminalreporter
+    tr.section("unexpected skips (these fail the run)", sep="=", red=True, bold=True)
+    for nodeid, reason in _UNEXPECTED_SKIPS:
+        tr.line(f"SKIPPED {nodeid}: {reason}", red=True)
+    tr.line(f"Allowed skip reasons (tests/skips.py): {', '.join(sorted(ALLOWED_SKIPS))}. A skip is either one of "
+            "those or a failure: fix the environment (make test installs what it needs) or the test.")

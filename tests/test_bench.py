@@ -81,14 +81,14 @@ def test_slope_and_reconcile() -> None:
 
 
 def test_collapsed_stack_parsing() -> None:
-    assert frame_key("detect (/work/main/models/langid.py:97)") == "detect (models/langid.py)"
+    assert frame_key("detect (/work/main/core/langid.py:97)") == "detect (core/langid.py)"
     text = ("process 1;run (uvicorn/server.py:1);forward (/work/main/router/proxy.py:10);detect "
-            "(/work/main/models/langid.py:97) 3\nprocess 1;run (uvicorn/server.py:1) 1\n")
+            "(/work/main/core/langid.py:97) 3\nprocess 1;run (uvicorn/server.py:1) 1\n")
     prof = parse_collapsed(text)
     assert prof["samples"] == 4
-    assert prof["self"][0] == {"function": "detect (models/langid.py)", "samples": 3, "share": 0.75}
+    assert prof["self"][0] == {"function": "detect (core/langid.py)", "samples": 3, "share": 0.75}
     comps = {c["function"]: c["samples"] for c in prof["components"]}
-    assert comps["langid total (models/langid.py)"] == 3 and comps["router proxy (router/proxy.py)"] == 3
+    assert comps["langid total (core/langid.py)"] == 3 and comps["router proxy (router/proxy.py)"] == 3
 
 
 def test_fake_backend_streams_like_vllm() -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-KEYS = {"draft", "role", "target_language", "language", "k", "positions", "mean_acceptance_length", "n_prompts", "method"}
+KEYS = {"draft", "role", "target_language", "language", "k", "positions", "mean_acceptance_length", "n_prompts", "method",
+        "subset", "degenerate_share"}
 
 
 def _run(*args: str, env_registry: str | None = None) -> subprocess.CompletedProcess:

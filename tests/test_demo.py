@@ -22,7 +22,7 @@ def test_demo_traffic_is_held_out_of_training(lang, tmp_path):
     assert len(train) == 2 * (80 - HELD_OUT) and len(held) == HELD_OUT == 16
     assert not set(train) & set(held)
     # The pipeline's MT-Bench evaluation with a limit of HELD_OUT takes exactly the held-out questions.
-    from training.evaluate import load_mtbench
+    from polyspec.training.evaluate import load_mtbench
 
     assert [p.text for p in load_mtbench([lang], limit=HELD_OUT)[lang]] == held
     assert len(demo_prompts(lang, tmp_path, limit=50).read_text().splitlines()) == 50
@@ -42,7 +42,7 @@ def test_lang_stats_follow_vllm_definitions():
 def test_demo_serves_the_shipped_drafts_from_an_empty_registry(verifier, registry_url, tmp_path):
     """`make demo`'s path: an empty registry gets the shipped drafts (checksummed, gated), two real engines
     load them, each language reaches its own engine, and French traffic shows real acceptance."""
-    from registry import open_registry
+    from polyspec.registry import open_registry
 
     env = {**os.environ, "POLYSPEC_ADMIN_TOKEN": "", "CI": "1"}
     proc = subprocess.run(

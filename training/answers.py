@@ -19,9 +19,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from training.config import AnswersConfig
-from training.prompts import read_jsonl
-from training.runs import console
+from polyspec.training.config import AnswersConfig
+from polyspec.training.runs import console
 
 ANSWERS = "answers.jsonl"
 
@@ -97,7 +96,7 @@ class AnswerWriter:
 
 
 def _generate_batch(model: Any, tokenizer: Any, prompts: list[list[int]], cfg: AnswersConfig) -> list[list[int]]:
-    from models.generation import generate_greedy
+    from polyspec.models.generation import generate_greedy
 
     return generate_greedy(model, tokenizer, prompts, cfg.max_new_tokens, cfg.temperature)
 
@@ -107,7 +106,7 @@ def answer_with_transformers(
 ) -> None:
     from rich.progress import Progress
 
-    from models.hidden import load_verifier_model
+    from polyspec.models.hidden import load_verifier_model
 
     import torch
 
@@ -135,41 +134,3 @@ def _drop_long(templated: list[tuple[dict, list[int]]], limit: int) -> list[tupl
     if len(kept) < len(templated):
         console.print(f"[yellow]skipped {len(templated) - len(kept)} prompts longer than {limit} tokens")
     return kept
-
-
-def build_answers(
-    out_dir: Path, prompts_dir: Path, verifier_path: Path, cfg: AnswersConfig, seed: int, device: str
-) -> dict[str, Any]:
-    """Answer every prompt of prompts/train.jsonl that answers.jsonl does not hold yet."""
-    records = read_jsonl(prompts_dir / "train.jsonl")
-    writer = AnswerWriter(out_dir / ANSWERS)
-    todo = [r for r in records if r["id"] not in writer.done]
-    if len(todo) < len(records):
-        console.print(f"resuming: {len(records) - len(todo)} answers already on disk, {len(todo)} to go")
-    try:
-        if todo and cfg.engine_url:
-            from training.engine_client import answer_with_engine
-
-            answer_with_engine(todo, verifier_path, cfg, writer)
-        elif todo:
-            answer_with_transformers(todo, verifier_path, cfg, writer, seed, device)
-    finally:
-        writer.close()
-    return summarize(out_dir / ANSWERS, engine=cfg.engine_url or "transformers")
-
-
-def summarize(path: Path, engine: str) -> dict[str, Any]:
-    rows = read_jsonl(path)
-    if not rows:
-        from training.errors import TrainingError
-
-        raise TrainingError("the verifier produced no answers (all prompts too long?)")
-    answer_tokens = sum(r["num_answer_tokens"] for r in rows)
-    return {
-        "answers": len(rows),
-        "answer_tokens": answer_tokens,
-        "total_tokens": sum(len(r["input_ids"]) for r in rows),
-        "finished": sum(1 for r in rows if r["finished"]),
-        "mean_answer_tokens": round(answer_tokens / len(rows), 1),
-        "engine": engine,
-    }

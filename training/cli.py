@@ -10,51 +10,19 @@
 
 from __future__ import annotations
 
-import functools
 import inspect
 import json
 import sys
-from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
-from training.cli_options import knob_signature_source, knobs_to_config
+from polyspec.core.cli import PolyspecTyper
 
-app = typer.Typer(help="Train per-language Eagle3 drafts: prompts -> answers -> hidden states -> vocab -> fit -> "
+from polyspec.training.cli_options import knob_signature_source, knobs_to_config
+
+app = PolyspecTyper(help="Train per-language Eagle3 drafts: prompts -> answers -> hidden states -> vocab -> fit -> "
                        "evaluate -> register.", no_args_is_help=False, invoke_without_command=True)
-
-
-def _fail(exc: Exception) -> None:
-    typer.secho(f"error: {exc}", fg="red", err=True)
-    raise typer.Exit(2)
-
-
-def _guard(fn: Any) -> Any:
-    """Known errors become one red line and exit code 2; no traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from pydantic import ValidationError
-
-        from training.errors import TrainingError
-
-        try:
-            return fn(*args, **kwargs)
-        except (TrainingError, ValidationError, FileNotFoundError) as exc:
-            _fail(exc if not isinstance(exc, ValidationError) else ValueError(_short(exc)))
-        except Exception as exc:  # noqa: BLE001 - errors of the layers below with a message meant for users
-            if type(exc).__name__.endswith(("Error", "Invalid", "NotFound", "Refused", "Mismatch")) and \
-                    type(exc).__module__.split(".")[0] in ("registry", "models", "training"):
-                _fail(exc)
-            raise
-    return wrapper
-
-
-def _short(exc: Any) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err.get("loc", ()))
-    return f"{where}: {err.get('msg')}" if where else str(err.get("msg"))
 
 
 def _print_result(summaries: dict[str, Any], run: Any, as_json: bool) -> None:
@@ -65,7 +33,7 @@ def _print_result(summaries: dict[str, Any], run: Any, as_json: bool) -> None:
 
 
 def _stages_for(until: str | None) -> list[str] | None:
-    from training.config import STAGES
+    from polyspec.training.config import STAGES
 
     if until is None:
         return None
@@ -75,8 +43,8 @@ def _stages_for(until: str | None) -> list[str] | None:
 
 
 def _open_or_create(**knobs: Any) -> Any:
-    from training.pipeline import start_run
-    from training.runs import Run
+    from polyspec.training.pipeline import start_run
+    from polyspec.training.runs import Run
 
     resume, reuse_from = knobs.pop("resume"), knobs.pop("reuse_from", None)
     if resume and not knobs.get("run_id"):
@@ -86,7 +54,7 @@ def _open_or_create(**knobs: Any) -> Any:
     source = Run.open(reuse_from) if reuse_from else None  # before creating: a bad name leaves nothing behind
     run = start_run(config, resume=resume)
     if source is not None:
-        from training.runs import reuse_stages
+        from polyspec.training.runs import reuse_stages
 
         shared: list[str] = []
         for stage in ("prompts", "answers", "hidden-states"):  # the done prefix of the data stages
@@ -97,10 +65,9 @@ def _open_or_create(**knobs: Any) -> Any:
     return run
 
 
-@_guard
 def _run_command(*, until: Optional[str] = None, redo: Optional[list[str]] = None, json_out: bool = False,
                  **knobs: Any) -> None:
-    from training.pipeline import run_pipeline
+    from polyspec.training.pipeline import run_pipeline
 
     run = _open_or_create(**knobs)
     summaries = run_pipeline(run, stages=_stages_for(until), redo=redo or ())
@@ -128,14 +95,13 @@ app.command("prompts")(_with_signature(prompts_cmd, drop=("until", "redo")))
 
 
 def _stage_command(stage: str, doc: str) -> None:
-    @_guard
     def command(
         run_id: str = typer.Argument(..., help="The run (see `polyspec train list`)."),
         redo: bool = typer.Option(False, "--redo", help="Discard this stage's output and run it again."),
         json_out: bool = typer.Option(False, "--json", help="Print the stage summary as JSON."),
     ) -> None:
-        from training.pipeline import run_pipeline
-        from training.runs import Run
+        from polyspec.training.pipeline import run_pipeline
+        from polyspec.training.runs import Run
 
         run = Run.open(run_id)
         summaries = run_pipeline(run, stages=[stage], redo=[stage] if redo else ())
@@ -157,14 +123,13 @@ for _stage, _doc in {
 
 
 @app.command("status")
-@_guard
 def status_cmd(run_id: str = typer.Argument(..., help="The run."),
                json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """Show each stage of a run: done, partial (interrupted) or pending."""
     from rich.console import Console
     from rich.table import Table
 
-    from training.runs import Run
+    from polyspec.training.runs import Run
 
     run = Run.open(run_id)
     rows = run.status()
@@ -180,10 +145,9 @@ def status_cmd(run_id: str = typer.Argument(..., help="The run."),
 
 
 @app.command("list")
-@_guard
 def list_cmd(json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """List the runs under $POLYSPEC_HOME/runs."""
-    from training.runs import Run, runs_root
+    from polyspec.training.runs import Run, runs_root
 
     root = runs_root()
     runs = [Run.open(p.name) for p in sorted(root.glob("*")) if (p / "run.json").is_file()] if root.is_dir() else []
@@ -216,10 +180,9 @@ def main(
     _plan(plan, run_id=run_id, resume=resume, max_prompts=max_prompts, engine=engine, show=show)
 
 
-@_guard
 def _plan(language: str, **options: Any) -> None:
-    from training.plan import config_from_plan
-    from training.pipeline import run_pipeline, start_run
+    from polyspec.training.plan import config_from_plan
+    from polyspec.training.pipeline import run_pipeline, start_run
 
     show = options.pop("show")
     config = config_from_plan(language, **options)

@@ -90,7 +90,7 @@ def _convert(name: str, value: Any) -> Any:
     if name == "eval_languages":
         return [x.strip() for x in str(value).split(",") if x.strip()]
     if name == "replay":
-        from training.config import ReplaySpec
+        from polyspec.training.config import ReplaySpec
 
         return [ReplaySpec.parse(v).model_dump(mode="json") for v in value]
     if name == "prompts":
@@ -100,7 +100,7 @@ def _convert(name: str, value: Any) -> Any:
 
 def knobs_to_config(knobs: dict[str, Any], saved: Any = None) -> Any:
     """RunConfig from a run.json (``--config`` or the resumed run) plus the flags that were given."""
-    from training.config import RunConfig, default_run_id
+    from polyspec.training.config import RunConfig, default_run_id
 
     if saved is not None:
         tree = saved.model_dump(mode="json")

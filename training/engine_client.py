@@ -14,10 +14,10 @@ import random
 from pathlib import Path
 from typing import Any
 
-from training.answers import AnswerWriter, _drop_long, cut_answer, eos_ids, make_row, template_prompt
-from training.config import AnswersConfig
-from training.errors import EngineError
-from training.runs import console
+from polyspec.training.answers import AnswerWriter, _drop_long, cut_answer, eos_ids, make_row, template_prompt
+from polyspec.training.config import AnswersConfig
+from polyspec.training.errors import EngineError
+from polyspec.training.runs import console
 
 _RETRY_STATUS = {408, 429, 500, 502, 503, 504}
 

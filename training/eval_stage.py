@@ -1,8 +1,8 @@
-"""Stage 6: measure the candidate (and the draft it started from) with draftlab's evaluation code.
+"""Stage 6: measure the candidate (and the draft it started from) with `polyspec eval`'s code.
 
-- held-out prompts of the target language: offline greedy speculative decoding (models.acceptance);
-- MT-Bench turn 1 of every evaluated language (training/evaluate.py): offline, or through a vLLM
-  engine serving the draft (``eval.method = "vllm"``).
+- held-out prompts of the target language: offline teacher-forced chain acceptance (training.eval_offline);
+- MT-Bench turn 1 of every evaluated language: offline in the same batched pass, or through a vLLM
+  engine serving the draft (``eval.method = "vllm"``, training/evaluate.py).
 
 Both drafts are measured on identical prompts in the same run, so before/after is a like-for-like
 comparison. results.json holds every AcceptanceResult; the registry stage records them.
@@ -13,15 +13,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from training.config import RunConfig
-from training.prompts import read_jsonl
-from training.runs import atomic_write_json, console
+from polyspec.core.atomic import atomic_write_json
+from polyspec.models.acceptance import AcceptanceResult
+from polyspec.training.benchmarks import BenchPrompt, load_mtbench, mtbench_languages
+from polyspec.training.config import RunConfig
+from polyspec.training.eval_options import DraftChoice, EvalOptions
+from polyspec.training.prompts import read_jsonl
+from polyspec.training.runs import console
 
 
 def eval_languages(cfg: RunConfig) -> list[str]:
     """The configured list, else the target language plus the languages the registry serves now."""
-    from training.evaluate import mtbench_languages
-
     if cfg.eval.languages is not None:
         wanted = list(cfg.eval.languages)
     else:
@@ -37,7 +39,7 @@ def eval_languages(cfg: RunConfig) -> list[str]:
 def served_languages() -> list[str]:
     """Languages of the active deployments (empty when no registry is reachable)."""
     try:
-        from registry import open_registry
+        from polyspec.registry import open_registry
 
         with open_registry() as reg:
             views = reg.active_deployments()
@@ -46,45 +48,49 @@ def served_languages() -> list[str]:
     return sorted({lang for view in views for lang in view.languages})
 
 
-def _heldout_prompts(prompts_dir: Path, limit: int | None) -> list[str]:
+def _heldout_items(prompts_dir: Path, language: str, limit: int | None) -> list[BenchPrompt]:
+    """The run's held-out prompts as one-turn benchmark items (the last user turn of each conversation)."""
     rows = read_jsonl(prompts_dir / "heldout.jsonl")
     texts = [next(m["content"] for m in reversed(r["messages"]) if m["role"] == "user") for r in rows]
-    return texts[:limit] if limit else texts
+    texts = texts[:limit] if limit else texts
+    return [BenchPrompt(f"heldout-{i}", language, "heldout", 1, t) for i, t in enumerate(texts)]
 
 
-def _measure_offline(draft_path: Path, verifier_path: Path, models: tuple[Any, Any], heldout: list[str],
-                     mtbench: dict, cfg: RunConfig, device: str) -> dict[str, dict[str, Any]]:
-    from models.acceptance import measure_acceptance_models
-    from models.draft_build import load_draft
+def _measure_offline(drafts: list[DraftChoice], verifier: Any, items: dict[str, list[BenchPrompt]], cfg: RunConfig,
+                     device: str) -> dict[str, dict[str, dict[str, AcceptanceResult]]]:
+    """role -> bench -> language -> result, every draft scored on the same verifier answers (teacher-forced)."""
+    from polyspec.training.eval_offline import score_offline
 
-    verifier, tokenizer = models
-    language = cfg.language
-    draft = load_draft(draft_path, verifier_path, device=device, dtype=next(verifier.parameters()).dtype)
-    out: dict[str, dict[str, Any]] = {"heldout": {}, "mtbench": {}}
-    kw = {"k": cfg.eval.k, "max_new_tokens": cfg.eval.max_new_tokens}
-    if heldout:
-        out["heldout"][language] = measure_acceptance_models(verifier, tokenizer, draft, heldout, desc=f"held-out {language}", **kw)
-    if cfg.eval.method == "offline":
-        for lang, items in mtbench.items():
-            out["mtbench"][lang] = measure_acceptance_models(verifier, tokenizer, draft, [p.text for p in items],
-                                                             desc=f"mtbench {lang}", **kw)
+    keys = [(bench, it) for bench, its in items.items() for it in its]
+    if not keys:
+        return {d.name: {} for d in drafts}
+    options = EvalOptions(k=cfg.eval.k, max_new_tokens=cfg.eval.max_new_tokens, device=device)
+    scored, _ = score_offline(drafts, verifier, [it for _, it in keys], options)
+    out: dict[str, dict[str, dict[str, AcceptanceResult]]] = {}
+    for d in drafts:
+        grouped: dict[str, dict[str, list[Any]]] = {}
+        for (bench, it), (_, per) in zip(keys, scored, strict=True):
+            grouped.setdefault(bench, {}).setdefault(it.language or cfg.language, []).append(per[d.name])
+        out[d.name] = {bench: {lang: AcceptanceResult.of_details(det, cfg.eval.k) for lang, det in per_lang.items()}
+                       for bench, per_lang in grouped.items()}
     return out
 
 
 def run_evaluation(out_dir: Path, cfg: RunConfig, verifier_path: Path, candidate: Path, baseline: Path | None,
                    prompts_dir: Path, device: str) -> dict[str, Any]:
-    from training.evaluate import evaluate_vllm, load_mtbench
-
-    from models.hidden import load_verifier_model
+    from polyspec.training.evaluate import evaluate_vllm, verifier_info
 
     languages = eval_languages(cfg)
     mtbench = load_mtbench(languages, limit=cfg.eval.mtbench_max_questions) if languages else {}
-    heldout = _heldout_prompts(prompts_dir, cfg.eval.heldout_max_prompts)
-    models = load_verifier_model(verifier_path, device=device)
-    drafts = {"candidate": candidate, **({"baseline": baseline} if baseline and cfg.eval.evaluate_parent else {})}
-    results: dict[str, dict[str, dict[str, Any]]] = {}
-    for role, path in drafts.items():
-        results[role] = _measure_offline(path, verifier_path, models, heldout, mtbench, cfg, device)
+    items = {"heldout": _heldout_items(prompts_dir, cfg.language, cfg.eval.heldout_max_prompts)}
+    if cfg.eval.method == "offline":
+        items["mtbench"] = [it for its in mtbench.values() for it in its]
+    paths = {"candidate": candidate, **({"baseline": baseline} if baseline and cfg.eval.evaluate_parent else {})}
+    drafts = [DraftChoice(name=role, path=Path(path)) for role, path in paths.items()]
+    results = _measure_offline(drafts, verifier_info(verifier_path), items, cfg, device)
+    for role, path in paths.items():
+        results[role].setdefault("heldout", {})
+        results[role].setdefault("mtbench", {})
         if cfg.eval.method == "vllm" and languages:
             results[role]["mtbench"] = evaluate_vllm(path, verifier_path, languages, k=cfg.eval.k,
                                                      max_new_tokens=cfg.eval.max_new_tokens,
@@ -97,8 +103,12 @@ def run_evaluation(out_dir: Path, cfg: RunConfig, verifier_path: Path, candidate
 
 
 def _summary(serial: dict[str, Any]) -> dict[str, Any]:
-    return {role: {bench: {lang: round(r["mean_acceptance_length"], 4) for lang, r in per.items()}
+    return {role: {bench: {lang: _round(r["mean_acceptance_length"]) for lang, r in per.items()}
                    for bench, per in benches.items()} for role, benches in serial.items()}
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
 
 
 def _print(results: dict[str, dict[str, dict[str, Any]]]) -> None:
@@ -110,7 +120,11 @@ def _print(results: dict[str, dict[str, dict[str, Any]]]) -> None:
     for bench in ("heldout", "mtbench"):
         langs = sorted({lang for role in results.values() for lang in role.get(bench, {})})
         for lang in langs:
-            cells = [f"{results[r][bench][lang].mean_acceptance_length:.3f}" if lang in results[r].get(bench, {}) else "-"
-                     for r in results]
+            cells = [_cell(results[r].get(bench, {}).get(lang)) for r in results]
             table.add_row(bench, lang, *cells)
     console.print(table)
+
+
+def _cell(result: AcceptanceResult | None) -> str:
+    mal = result.mean_acceptance_length if result is not None else None
+    return "-" if mal is None else f"{mal:.3f}"

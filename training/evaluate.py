@@ -1,98 +1,49 @@
-"""Evaluate a draft on MT-Bench prompts, offline (transformers) or through a real vLLM engine.
+"""Evaluate drafts on benchmark conversations through real vLLM engines (the ``vllm`` method of
+`polyspec eval`), and the per-language wrappers the training pipeline and tests use for both methods.
 
-Both methods use the same chat prompts, greedy decoding and token budget, and report the same
-`models.acceptance.AcceptanceResult` (histogram h[j] = spec steps that accepted exactly j drafts;
-acceptance at position i = sum(h[i:]) / sum(h)). See docs/acceptance-methods.md for how closely
-they agree.
+Both methods use the same chat conversations, greedy decoding and token budget, and report the same
+`models.acceptance.AcceptanceResult` (histogram h[j] = spec steps that accepted exactly j drafts; the
+arithmetic is core.acceptance's). See docs/acceptance-methods.md for how closely they agree.
 """
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from models.acceptance import AcceptanceResult, PromptAcceptance
+from polyspec.models.acceptance import AcceptanceResult, PromptAcceptance
+from polyspec.training.benchmarks import (  # noqa: F401 - load_mtbench and friends are this module's API too
+    BenchPrompt, UnknownBenchmarkLanguage, load_benchmark, load_mtbench, mtbench_languages,
+)
+from polyspec.training.eval_options import DraftChoice, EvalError, EvalOptionError, EvalOptions
 
 if TYPE_CHECKING:
     import httpx
 
-MTBENCH_DIR = Path(__file__).resolve().parent / "data" / "mtbench"
 
-
-class EvaluationError(RuntimeError):
+class EvaluationError(EvalError):
     """An evaluation could not run or produced inconsistent figures."""
 
 
-class UnknownBenchmarkLanguage(EvaluationError, ValueError):
-    """No bundled MT-Bench file for a requested language."""
+def verifier_info(verifier_path: Any) -> Any:
+    """A VerifierInfo from a VerifierInfo, a directory or an alias."""
+    if hasattr(verifier_path, "path") and hasattr(verifier_path, "name"):
+        return verifier_path
+    from polyspec.models.verifiers import resolve_verifier
+
+    return resolve_verifier(str(verifier_path))
 
 
-@dataclass(frozen=True)
-class BenchPrompt:
-    id: str
-    language: str
-    category: str
-    turn: int
-    text: str
-
-
-def mtbench_languages() -> list[str]:
-    return sorted(p.stem for p in MTBENCH_DIR.glob("*.jsonl"))
-
-
-def _interleave(items: list[BenchPrompt]) -> list[BenchPrompt]:
-    """Round-robin over categories so that a `limit` keeps the benchmark's mix (files are category-sorted)."""
-    by_cat: dict[str, list[BenchPrompt]] = {}
-    for item in items:
-        by_cat.setdefault(item.category, []).append(item)
-    out: list[BenchPrompt] = []
-    queues = list(by_cat.values())
-    while any(queues):
-        for q in queues:
-            if q:
-                out.append(q.pop(0))
-    return out
-
-
-def load_mtbench(
-    languages: Iterable[str],
-    turns: Sequence[int] = (1,),
-    categories: Iterable[str] | None = None,
-    limit: int | None = None,
-) -> dict[str, list[BenchPrompt]]:
-    """Bundled MT-Bench questions per language. Each selected turn is sent as a one-turn chat.
-
-    ``limit`` keeps the first N per language after interleaving categories.
-    """
-    wanted = set(categories) if categories is not None else None
-    if any(t not in (1, 2) for t in turns):
-        raise EvaluationError(f"MT-Bench has turns 1 and 2; got {list(turns)}")
-    out: dict[str, list[BenchPrompt]] = {}
-    for lang in languages:
-        path = MTBENCH_DIR / f"{lang}.jsonl"
-        if not path.is_file():
-            raise UnknownBenchmarkLanguage(
-                f"no MT-Bench prompts for language {lang!r}; available: {', '.join(mtbench_languages())}"
-            )
-        items = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if not line.strip():
-                continue
-            rec = json.loads(line)
-            if wanted is not None and rec.get("category") not in wanted:
-                continue
-            for t in turns:
-                items.append(BenchPrompt(rec["id"], lang, rec.get("category") or "general", t, rec["turns"][t - 1]))
-        items = _interleave(items)
-        out[lang] = items[:limit] if limit is not None else items
-        if not out[lang]:
-            raise EvaluationError(f"no MT-Bench prompts left for {lang!r} after filtering by {sorted(wanted or [])}")
-    return out
+def _per_language(items_by_lang: dict[str, list[BenchPrompt]], scored_fn: Any, k: int) -> dict[str, AcceptanceResult]:
+    flat = [(lang, it) for lang, items in items_by_lang.items() for it in items]
+    scored, _ = scored_fn([it for _, it in flat])
+    out: dict[str, list[PromptAcceptance]] = {lang: [] for lang in items_by_lang}
+    for (lang, _), (_, per) in zip(flat, scored, strict=True):
+        out[lang].append(per["draft"])
+    return {lang: AcceptanceResult.of_details(details, k) for lang, details in out.items()}
 
 
 def evaluate_offline(
@@ -104,35 +55,27 @@ def evaluate_offline(
     max_new_tokens: int = 128,
     limit: int | None = None,
     categories: Iterable[str] | None = None,
+    turns: Sequence[int] = (1,),
     device: str | None = None,
     dtype: Any = None,
     progress: bool = True,
 ) -> dict[str, AcceptanceResult]:
-    """Offline greedy speculative decoding (models.acceptance) on each language's MT-Bench turn 1."""
-    import torch
+    """Teacher-forced chain acceptance (batched; training.eval_offline) on each language's bundled MT-Bench."""
+    from polyspec.training.eval_offline import score_offline
 
-    from models.acceptance import measure_acceptance_models
-    from models.draft_build import load_draft
-    from models.hidden import default_device, load_verifier_model
-
-    prompts = load_mtbench(languages, categories=categories, limit=limit)
-    device = device or default_device()
-    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-    verifier, tokenizer = load_verifier_model(verifier_path, device=device, dtype=dtype)
-    draft = load_draft(draft_path, verifier_path, device=device, dtype=next(verifier.parameters()).dtype)
-    return {
-        lang: measure_acceptance_models(
-            verifier, tokenizer, draft, [p.text for p in items], k=k, max_new_tokens=max_new_tokens,
-            progress=progress, desc=f"offline {lang}",
-        )
-        for lang, items in prompts.items()
-    }
+    prompts = load_mtbench(languages, turns=turns, categories=categories, limit=limit)
+    dtype_name = str(dtype).removeprefix("torch.") if dtype is not None else None
+    options = EvalOptions(k=k, max_new_tokens=max_new_tokens, device=device, dtype=dtype_name, progress=progress)
+    draft = DraftChoice(name="draft", path=Path(draft_path))
+    verifier = verifier_info(verifier_path)
+    return _per_language(prompts, lambda items: score_offline([draft], verifier, items, options), k)
 
 
-def _chat(client: httpx.Client, url: str, model: str, prompt: str, max_tokens: int) -> PromptAcceptance:
+def _chat(client: httpx.Client, url: str, model: str, messages: list[dict[str, str]],
+          max_tokens: int) -> tuple[PromptAcceptance, str]:
     body = {
         "model": model,
-        "messages": [{"role": "user", "content": prompt}],
+        "messages": messages,
         "temperature": 0.0,
         "max_tokens": max_tokens,
         "return_token_ids": True,
@@ -151,11 +94,12 @@ def _chat(client: httpx.Client, url: str, model: str, prompt: str, max_tokens: i
     output_ids = choice.get("token_ids")
     if output_ids is None:  # an engine without return_token_ids: keep the count, not the ids
         output_ids = [-1] * int((data.get("usage") or {}).get("completion_tokens", 0))
-    return PromptAcceptance(
+    detail = PromptAcceptance(
         histogram=list(spec["acceptance_histogram"]),
         output_ids=list(output_ids),
         prompt_ids=list(data.get("prompt_token_ids") or []),
     )
+    return detail, str((choice.get("message") or {}).get("content") or "")
 
 
 def _served_model(client: httpx.Client, url: str) -> str:
@@ -166,7 +110,7 @@ def _served_model(client: httpx.Client, url: str) -> str:
 
 
 def _counters(client: httpx.Client, url: str) -> Any:
-    from models.vllm_engine import parse_spec_decode_counters
+    from polyspec.models.vllm_engine import parse_spec_decode_counters
 
     return parse_spec_decode_counters(client.get(f"{url}/metrics").text)
 
@@ -174,36 +118,87 @@ def _counters(client: httpx.Client, url: str) -> Any:
 def cross_check(result: AcceptanceResult, delta: Any) -> list[str]:
     """Differences between the per-request histograms and the engine's Prometheus counter deltas."""
     h = result.histogram
-    want_pos = [sum(h[i + 1 :]) for i in range(result.k)]
+    accepted = [sum(h[i + 1 :]) for i in range(result.k)]  # steps that accepted position i+1
+    tokens = sum(accepted)  # = sum(j * h[j])
     got_pos = (list(delta.accepted_per_pos) + [0] * result.k)[: result.k]
     problems = []
     if delta.num_drafts != result.num_spec_steps:
         problems.append(f"num_drafts {delta.num_drafts} != spec steps {result.num_spec_steps}")
-    if delta.num_accepted_tokens != sum(j * c for j, c in enumerate(h)):
-        problems.append(f"accepted tokens {delta.num_accepted_tokens} != {sum(j * c for j, c in enumerate(h))}")
-    if got_pos != want_pos:
-        problems.append(f"accepted per position {got_pos} != {want_pos}")
+    if delta.num_accepted_tokens != tokens:
+        problems.append(f"accepted tokens {delta.num_accepted_tokens} != {tokens}")
+    if got_pos != accepted:
+        problems.append(f"accepted per position {got_pos} != {accepted}")
     return problems
 
 
-def _measure_vllm(client: httpx.Client, url: str, model: str, prompts: list[str], max_tokens: int,
-                  concurrency: int, exclusive: bool, lang: str) -> AcceptanceResult:
+def _vllm_round(client: httpx.Client, url: str, model: str, convs: list[list[dict[str, str]]], options: EvalOptions,
+                exclusive: bool, label: str) -> list[tuple[PromptAcceptance, str]]:
+    """One round of conversations through the engine, checked against its Prometheus counters."""
     from tqdm.auto import tqdm
 
     before = _counters(client, url)
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        futures = pool.map(lambda p: _chat(client, url, model, p, max_tokens), prompts)
-        details = list(tqdm(futures, total=len(prompts), desc=f"vllm {lang}", unit="prompt"))
-    hist = [sum(c) for c in zip(*(d.histogram for d in details), strict=True)]
-    result = AcceptanceResult.from_histogram(
-        hist, num_prompts=len(details), num_tokens=sum(len(d.output_ids) for d in details), details=details
-    )
+    with ThreadPoolExecutor(max_workers=max(1, options.concurrency)) as pool:
+        futures = pool.map(lambda c: _chat(client, url, model, c, options.max_new_tokens), convs)
+        out = list(tqdm(futures, total=len(convs), desc=f"vllm {label}", unit="prompt", disable=not options.progress))
+    result = AcceptanceResult.of_details([d for d, _ in out], options.k)
     problems = cross_check(result, _counters(client, url) - before)
     if problems and exclusive:
-        raise EvaluationError(f"per-request metrics disagree with the engine counters ({lang}): {'; '.join(problems)}")
+        raise EvaluationError(f"per-request metrics disagree with the engine counters ({label}): {'; '.join(problems)}")
     if problems:  # a shared engine also counts other clients' traffic
-        warnings.warn(f"engine counters moved by other traffic ({lang}): {'; '.join(problems)}", stacklevel=2)
-    return result
+        warnings.warn(f"engine counters moved by other traffic ({label}): {'; '.join(problems)}", stacklevel=2)
+    return out
+
+
+def _score_one_engine(draft: DraftChoice, verifier: Any, items: Sequence[BenchPrompt], options: EvalOptions,
+                      ) -> list[tuple[list[int], PromptAcceptance]]:
+    import httpx
+
+    from polyspec.models.vllm_engine import EngineSpec, VllmEngine
+    from polyspec.training.eval_options import conversations
+
+    engine = None
+    if options.engine_url is None:
+        log = draft.path.parent / f".{draft.path.name}.vllm.log"
+        engine = VllmEngine(EngineSpec(verifier=Path(verifier.path), draft=draft.path, k=options.k), log)
+        engine.start()
+    try:
+        if engine is not None:
+            engine.wait_ready(timeout=900)
+        url = engine.url if engine is not None else str(options.engine_url).rstrip("/")
+        rounds: list[list[tuple[PromptAcceptance, str]]] = []
+        with httpx.Client(timeout=httpx.Timeout(600.0, connect=10.0)) as client:
+            model = _served_model(client, url)
+
+            def answer_round(convs: list[list[dict[str, str]]]) -> list[str]:
+                rounds.append(_vllm_round(client, url, model, convs, options, engine is not None,
+                                          f"{draft.name} turn {len(rounds) + 1}"))
+                return [text for _, text in rounds[-1]]
+
+            where = conversations(items, answer_round)
+    finally:
+        if engine is not None:
+            engine.stop()
+    picked = [rounds[r - 1][i][0] for r, i in (where[(it.id, it.turn)] for it in items)]
+    return [([t for t in d.output_ids if t >= 0], d) for d in picked]
+
+
+def score_vllm(drafts: Sequence[DraftChoice], verifier: Any, items: Sequence[BenchPrompt],
+               options: EvalOptions) -> tuple[list[tuple[list[int], dict[str, PromptAcceptance]]], dict[str, float]]:
+    """Per item: (the first engine's answer ids, draft name -> histogram); one engine per draft, one at a time."""
+    import time
+
+    if options.engine_url is not None and len(drafts) != 1:
+        raise EvalOptionError("--engine-url serves one draft: give exactly one")
+    out: list[tuple[list[int], dict[str, PromptAcceptance]]] = [([], {}) for _ in items]
+    seconds: dict[str, float] = {}
+    for n, d in enumerate(drafts):
+        t0 = time.time()
+        for row, (ids, detail) in zip(out, _score_one_engine(d, verifier, items, options), strict=True):
+            if n == 0:  # the degenerate verdict comes from one answer per item, the same for every draft
+                row[0].extend(ids)
+            row[1][d.name] = detail
+        seconds[f"draft {d.name}"] = round(time.time() - t0, 1)
+    return out, seconds
 
 
 def evaluate_vllm(
@@ -215,43 +210,26 @@ def evaluate_vllm(
     max_new_tokens: int = 128,
     limit: int | None = None,
     categories: Iterable[str] | None = None,
+    turns: Sequence[int] = (1,),
     engine_url: str | None = None,
     concurrency: int = 1,
     log_path: str | Path | None = None,
     start_timeout: float = 900,
 ) -> dict[str, AcceptanceResult]:
-    """The same prompts through a vLLM engine serving the draft (started here unless ``engine_url``)."""
-    import httpx
-
-    from models.vllm_engine import EngineSpec, VllmEngine
-
-    prompts = load_mtbench(languages, categories=categories, limit=limit)
-    engine = None
-    if engine_url is None:
-        verifier_dir = Path(getattr(verifier_path, "path", verifier_path))
-        log = Path(log_path) if log_path else Path(draft_path).parent / f".{Path(draft_path).name}.vllm.log"
-        engine = VllmEngine(EngineSpec(verifier=verifier_dir, draft=Path(draft_path), k=k), log)
-        engine.start()
-    try:
-        if engine is not None:
-            engine.wait_ready(timeout=start_timeout)
-        url = engine.url if engine is not None else engine_url.rstrip("/")
-        with httpx.Client(timeout=httpx.Timeout(600.0, connect=10.0)) as client:
-            model = _served_model(client, url)
-            return {
-                lang: _measure_vllm(client, url, model, [p.text for p in items], max_new_tokens,
-                                    concurrency, exclusive=engine is not None, lang=lang)
-                for lang, items in prompts.items()
-            }
-    finally:
-        if engine is not None:
-            engine.stop()
+    """The same conversations through a vLLM engine serving the draft (started here unless ``engine_url``)."""
+    del log_path, start_timeout  # the engine logs beside the draft and waits up to 900 s (_score_one_engine)
+    prompts = load_mtbench(languages, turns=turns, categories=categories, limit=limit)
+    options = EvalOptions(k=k, max_new_tokens=max_new_tokens, engine_url=engine_url, concurrency=concurrency,
+                          method="vllm")
+    draft = DraftChoice(name="draft", path=Path(draft_path))
+    verifier = verifier_info(verifier_path)
+    return _per_language(prompts, lambda items: score_vllm([draft], verifier, items, options), k)
 
 
 def evaluation_rows(
     results: dict[str, AcceptanceResult], *, method: str, benchmark: str = "mtbench", domain: str = "general"
 ) -> list[dict[str, Any]]:
-    """Rows for `registry.Registry.add_evaluation(draft, **row)`."""
+    """Rows for `registry.Registry.add_evaluation(draft, **row)` (languages without a verify step are left out)."""
     return [
         {
             "benchmark": benchmark,
@@ -266,7 +244,12 @@ def evaluation_rows(
             "details": {"histogram": list(r.histogram), "num_spec_steps": r.num_spec_steps},
         }
         for lang, r in sorted(results.items())
+        if r.mean_acceptance_length is not None
     ]
+
+
+def _mal(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
 
 
 def results_table(results: dict[str, AcceptanceResult], title: str = "acceptance") -> Any:
@@ -278,6 +261,6 @@ def results_table(results: dict[str, AcceptanceResult], title: str = "acceptance
     for col in ["lang", *[f"pos {i}" for i in range(1, k + 1)], "mean acc. len", "prompts", "tokens", "steps"]:
         table.add_column(col, justify="right" if col != "lang" else "left")
     for lang, r in sorted(results.items()):
-        table.add_row(lang, *[f"{a:.3f}" for a in r.acceptance], f"{r.mean_acceptance_length:.3f}",
+        table.add_row(lang, *[f"{a:.3f}" for a in r.acceptance], _mal(r.mean_acceptance_length),
                       str(r.num_prompts), str(r.num_tokens), str(r.num_spec_steps))
     return table

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from training.config import FitConfig
-from training.runs import console
+from polyspec.core.atomic import atomic_dir
+from polyspec.training.config import FitConfig
+from polyspec.training.runs import console
 
 CKPT_DIR = "checkpoints"
 METRICS = "metrics.jsonl"
@@ -31,7 +31,7 @@ def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
-        from training.errors import TrainingError
+        from polyspec.training.errors import TrainingError
 
         raise TrainingError("--device cuda asked for, but torch sees no CUDA device")
     return device
@@ -99,12 +99,8 @@ def save_checkpoint(root: Path, epoch: int, global_step: int, model: Any, opt: A
         "rng": torch.get_rng_state(),
     }
     final = root / CKPT_DIR / f"epoch-{epoch}"
-    tmp = final.with_name(f".{final.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    torch.save(state, tmp / "state.pt")
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
+    with atomic_dir(final) as tmp:
+        torch.save(state, tmp / "state.pt")
     for _, old in _checkpoints(root)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
 
@@ -168,7 +164,7 @@ def run_fit(out_dir: Path, data_dir: Path, init_draft: Path, verifier_path: Path
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
     from speculators.losses import resolve_loss_config
 
-    from models.draft_build import load_draft, save_draft
+    from polyspec.models.draft_build import load_draft, save_draft
 
     device = resolve_device(device)
     torch.manual_seed(seed)
@@ -195,7 +191,7 @@ def run_fit(out_dir: Path, data_dir: Path, init_draft: Path, verifier_path: Path
                 progress.update(task, advance=1, description=f"fit epoch {epoch + 1}/{cfg.epochs}", loss=metrics["loss"])
             save_checkpoint(out_dir, epoch, step, model, opt, sched, cfg.keep_checkpoints)
     save_draft(model.eval(), out_dir / "draft")
-    from training.plots import plot_metrics
+    from polyspec.training.plots import plot_metrics
 
     plot_metrics(out_dir / METRICS, out_dir / "loss.png")
     return _fit_summary(out_dir / METRICS, per_epoch, start_epoch, time.time() - started, device)

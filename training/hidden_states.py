@@ -16,13 +16,13 @@ Files are written atomically and skipped when present, so an interrupted stage r
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
-from training.config import HiddenConfig
-from training.prompts import read_jsonl
-from training.runs import console
+from polyspec.core.atomic import atomic_path
+from polyspec.training.config import HiddenConfig
+from polyspec.training.prompts import read_jsonl
+from polyspec.training.runs import console
 
 HS_DIR = "hidden_states"
 
@@ -41,9 +41,8 @@ def _save_hs(path: Path, token_ids: list[int], aux: Any, last: Any, dtype: Any) 
     from safetensors.torch import save_file
 
     hidden = torch.cat([aux, last.unsqueeze(1)], dim=1).to(dtype).contiguous()  # [T, len(aux)+1, H]
-    tmp = path.with_name(f".{path.name}.tmp")
-    save_file({"token_ids": torch.tensor(token_ids, dtype=torch.long), "hidden_states": hidden}, str(tmp))
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        save_file({"token_ids": torch.tensor(token_ids, dtype=torch.long), "hidden_states": hidden}, str(tmp))
 
 
 def write_index(data_dir: Path, rows: list[dict[str, Any]]) -> None:
@@ -72,7 +71,7 @@ def build_hidden_states(
 ) -> dict[str, Any]:
     import torch
 
-    from models.hidden import capture_hidden_states_batched, load_verifier_model
+    from polyspec.models.hidden import capture_hidden_states_batched, load_verifier_model
 
     rows = read_jsonl(answers_path)
     (out_dir / HS_DIR).mkdir(parents=True, exist_ok=True)

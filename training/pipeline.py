@@ -1,7 +1,7 @@
 """The training pipeline as a Python API: prompts -> answers -> hidden states -> vocab -> fit -> evaluate -> register.
 
-    from training.config import RunConfig
-    from training.pipeline import start_run, run_pipeline
+    from polyspec.training.config import RunConfig
+    from polyspec.training.pipeline import start_run, run_pipeline
     run = start_run(RunConfig(run_id="fr-1", language="fr", parent_draft="/path/draft", prompts={"files": [...]}))
     summaries = run_pipeline(run)                  # every stage; done stages are verified and skipped
     run_pipeline(run, stages=["prompts"])           # one stage (earlier ones must be done)
@@ -9,16 +9,18 @@
 
 from __future__ import annotations
 
+from polyspec.core.settings import get_settings
+
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from training.config import STAGES, RunConfig
-from training.errors import ParentDraftError, TrainingError
-from training.runs import MARKER, Run, console, run_stage
-from training.runs import redo as redo_stage
+from polyspec.training.config import STAGES, RunConfig
+from polyspec.training.errors import ParentDraftError, TrainingError
+from polyspec.training.runs import MARKER, Run, console, run_stage
+from polyspec.training.runs import redo as redo_stage
 
 
 @dataclass
@@ -38,7 +40,7 @@ def start_run(config: RunConfig, home: Path | None = None, resume: bool = False)
 
 def resolve_parent(spec: str | None, verifier: Any) -> Path | None:
     """A draft directory, or a registry reference NAME[@VERSION]; checked against the verifier."""
-    from models.drafts import DraftInvalid, inspect_draft
+    from polyspec.models.drafts import DraftInvalid, inspect_draft
 
     if not spec:
         return None
@@ -57,8 +59,8 @@ def resolve_parent(spec: str | None, verifier: Any) -> Path | None:
 
 def _parent_from_registry(ref: str) -> Path:
     try:
-        from registry import open_registry
-        from registry.errors import RegistryError
+        from polyspec.registry import open_registry
+        from polyspec.registry.errors import RegistryError
 
         with open_registry() as reg:
             record = reg.get_draft(ref)
@@ -68,10 +70,9 @@ def _parent_from_registry(ref: str) -> Path:
 
 
 def make_context(run: Run, home: Path | None = None) -> Context:
-    from models.verifiers import VerifierError, resolve_verifier
-    from polyspec.settings import get_settings
-    from training.fit import resolve_device
-    from training.hidden_states import default_aux_layers
+    from polyspec.models.verifiers import VerifierError, resolve_verifier
+    from polyspec.training.fit import resolve_device
+    from polyspec.training.hidden_states import default_aux_layers
 
     cfg = run.config
     try:
@@ -83,7 +84,7 @@ def make_context(run: Run, home: Path | None = None) -> Context:
     parent = resolve_parent(cfg.parent_draft, verifier)
     aux = cfg.hidden.aux_layer_ids or default_aux_layers(verifier.num_layers)
     if parent is not None and cfg.mode == "finetune":
-        from models.drafts import inspect_draft
+        from polyspec.models.drafts import inspect_draft
 
         parent_aux = inspect_draft(parent).aux_layer_ids
         if parent_aux and cfg.hidden.aux_layer_ids and list(parent_aux) != list(cfg.hidden.aux_layer_ids):
@@ -97,7 +98,7 @@ def _marker(ctx: Context, stage: str) -> Path:
 
 
 def _prompts(ctx: Context) -> dict[str, Any]:
-    from training.prompts import build_prompts
+    from polyspec.training.prompts import build_prompts
 
     cfg = ctx.run.config
     files = [*cfg.prompts.files, *(r.path for r in cfg.prompts.replay)]
@@ -105,7 +106,7 @@ def _prompts(ctx: Context) -> dict[str, Any]:
 
 
 def _answers(ctx: Context) -> dict[str, Any]:
-    from training.answers import build_answers
+    from polyspec.training.answer_stage import build_answers
 
     cfg, prompts = ctx.run.config, _marker(ctx, "prompts")
     body = lambda out: build_answers(out, prompts.parent, ctx.verifier.path, cfg.answers, cfg.seed, ctx.device)  # noqa: E731
@@ -113,7 +114,7 @@ def _answers(ctx: Context) -> dict[str, Any]:
 
 
 def _hidden(ctx: Context) -> dict[str, Any]:
-    from training.hidden_states import build_hidden_states
+    from polyspec.training.hidden_states import build_hidden_states
 
     cfg, answers = ctx.run.config, _marker(ctx, "answers")
     body = lambda out: build_hidden_states(  # noqa: E731
@@ -122,7 +123,7 @@ def _hidden(ctx: Context) -> dict[str, Any]:
 
 
 def _vocab(ctx: Context) -> dict[str, Any]:
-    from training.vocab import build_vocab
+    from polyspec.training.vocab import build_vocab
 
     answers = _marker(ctx, "answers")
     inputs = [answers, *([ctx.parent / "model.safetensors"] if ctx.parent else [])]
@@ -132,7 +133,7 @@ def _vocab(ctx: Context) -> dict[str, Any]:
 
 
 def _fit(ctx: Context) -> dict[str, Any]:
-    from training.fit import run_fit
+    from polyspec.training.fit import run_fit
 
     cfg, hidden, vocab = ctx.run.config, _marker(ctx, "hidden-states"), _marker(ctx, "vocab")
     body = lambda out: run_fit(  # noqa: E731
@@ -141,7 +142,7 @@ def _fit(ctx: Context) -> dict[str, Any]:
 
 
 def _evaluate(ctx: Context) -> dict[str, Any]:
-    from training.eval_stage import run_evaluation
+    from polyspec.training.eval_stage import run_evaluation
 
     cfg, fit, prompts = ctx.run.config, _marker(ctx, "fit"), _marker(ctx, "prompts")
     baseline = ctx.parent or (ctx.run.require("vocab") / "init_draft")
@@ -151,7 +152,7 @@ def _evaluate(ctx: Context) -> dict[str, Any]:
 
 
 def _register(ctx: Context) -> dict[str, Any]:
-    from training.registration import register_candidate
+    from polyspec.training.registration import register_candidate
 
     evaluate = _marker(ctx, "evaluate")
     results = json.loads((evaluate.parent / "results.json").read_text(encoding="utf-8"))["results"]
@@ -162,7 +163,7 @@ def _register(ctx: Context) -> dict[str, Any]:
 
 
 def _write_registration(out: Path, summary: dict[str, Any]) -> dict[str, Any]:
-    from training.runs import atomic_write_json
+    from polyspec.core.atomic import atomic_write_json
 
     atomic_write_json(out / "registered.json", summary)
     return summary

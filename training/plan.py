@@ -8,16 +8,16 @@ draft of that verifier, or train from scratch with a vocabulary built from the l
 
 from __future__ import annotations
 
+from polyspec.core.settings import get_settings
+
 from typing import Any
 
-from training.config import RunConfig, default_run_id
-from training.errors import PlanError
+from polyspec.training.config import RunConfig, default_run_id
+from polyspec.training.errors import PlanError
 
 
 def active_draft(reg: Any, verifier: str) -> Any | None:
     """The active draft of the verifier serving the default language (else the newest active one)."""
-    from polyspec.settings import get_settings
-
     active = [d for d in reg.drafts(verifier=verifier, status="active")]
     if not active:
         return None
@@ -28,10 +28,9 @@ def active_draft(reg: Any, verifier: str) -> Any | None:
 
 def config_from_plan(language: str, *, run_id: str | None = None, resume: bool = False,
                      max_prompts: int | None = None, engine: str | None = None) -> RunConfig:
-    from registry import open_registry
-    from registry.errors import NotFound
+    from polyspec.registry import open_registry
+    from polyspec.registry.errors import NotFound
 
-    from polyspec.settings import get_settings
 
     verifier = get_settings().default_verifier
     with open_registry() as reg:
@@ -48,7 +47,7 @@ def config_from_plan(language: str, *, run_id: str | None = None, resume: bool =
                         "promote one or train from scratch with `polyspec train run`")
     mode = "finetune" if profile.plan == "finetune" else "from-scratch-custom-vocab"
     if resume and run_id:
-        from training.runs import Run
+        from polyspec.training.runs import Run
 
         return Run.open(run_id).config
     tree: dict[str, Any] = {

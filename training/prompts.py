@@ -1,12 +1,10 @@
 """Stage 1: read prompt files, keep the target language (and domain), deduplicate, split off held-out prompts.
 
-Accepted JSONL records (one per line):
-- the data-pack schema ``{"id", "prompt", "lang", "domain", ...}``,
-- plain ``{"prompt": "..."}``,
-- OpenAI-style ``{"messages": [{"role": "user", "content": "..."}, ...]}`` (a trailing assistant turn is
-  dropped: the verifier writes the answers).
+Prompt files are read by :mod:`polyspec.core.prompts` (the data pack's ``{"id", "prompt", "lang",
+"domain"}``, ``turns``, ``text``, OpenAI ``messages``, or plain lines): the same reader as
+``registry add-language``, so a file one command accepts the other accepts too.
 
-Language comes from ``models.langid`` — the identifier the router uses — for every record, even where a
+Language comes from ``core.langid`` — the identifier the router uses — for every record, even where a
 ``lang`` field exists, so training data and routed traffic agree on what "French" means.
 """
 
@@ -20,10 +18,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from training.config import PromptsConfig, ReplaySpec
-from training.domains import detect_domain
-from training.errors import EmptyPromptFile, NoPromptsForLanguage, PromptsError
-from training.runs import atomic_write_json, console
+from polyspec.training.config import PromptsConfig, ReplaySpec
+from polyspec.core.domains import detect_domain
+from polyspec.core.prompts import PromptsError, read_prompt_records
+from polyspec.training.errors import EmptyPromptFile, NoPromptsForLanguage
+from polyspec.core.atomic import atomic_write_json, atomic_write_text
+from polyspec.training.runs import console
 
 _PUNCT_SPACE = re.compile(r"[\W_]+", re.UNICODE)
 
@@ -36,55 +36,31 @@ def dedup_key(text: str) -> str:
     return _PUNCT_SPACE.sub("", unicodedata.normalize("NFKC", text).casefold())
 
 
-def _messages_of(obj: dict[str, Any], where: str) -> list[dict[str, str]]:
-    if isinstance(obj.get("messages"), list):
-        msgs = [m for m in obj["messages"] if isinstance(m, dict) and isinstance(m.get("content"), str)]
-        while msgs and msgs[-1].get("role") == "assistant":
-            msgs.pop()
-        if msgs and msgs[-1].get("role") == "user" and msgs[-1]["content"].strip():
-            return [{"role": str(m["role"]), "content": m["content"]} for m in msgs]
-        raise PromptsError(f"{where}: 'messages' must end with a non-empty user turn")
-    prompt = obj.get("prompt")
-    if isinstance(prompt, str) and prompt.strip():
-        return [{"role": "user", "content": prompt.strip()}]
-    raise PromptsError(f"{where}: expected a non-empty 'prompt' string or a 'messages' list")
-
-
 def read_prompt_file(path: Path) -> list[dict[str, Any]]:
-    """Normalised records: id, messages, text (user turns joined), label_lang, domain, source_file."""
+    """Normalised records: id, messages, text (user turns joined), label_lang, domain, source_file.
+
+    Any format :mod:`polyspec.core.prompts` reads (prompt, turns, text, messages or plain lines).
+    """
     path = Path(path)
-    if not path.is_file():
-        raise PromptsError(f"prompt file not found: {path}")
-    records: list[dict[str, Any]] = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise PromptsError(f"{where}: not valid JSON ({exc.msg})") from None
-            if not isinstance(obj, dict):
-                raise PromptsError(f"{where}: each line must be a JSON object")
-            messages = _messages_of(obj, where)
-            text = "\n\n".join(m["content"] for m in messages if m["role"] == "user")
-            records.append({
-                "id": str(obj.get("id") or f"{path.stem}-{lineno}"),
-                "messages": messages,
-                "text": text,
-                "label_lang": obj.get("lang"),
-                "domain": obj.get("domain") or None,
-                "source_file": path.name,
-            })
-    if not records:
-        raise EmptyPromptFile(f"prompt file {path} holds no prompts")
-    return records
+    try:
+        records = read_prompt_records(path)
+    except PromptsError as exc:
+        if "no prompts in" in str(exc):
+            raise EmptyPromptFile(f"prompt file {path} holds no prompts") from None
+        raise
+    return [{
+        "id": rec.id,
+        "messages": [dict(m) for m in rec.messages],
+        "text": rec.text,
+        "label_lang": rec.lang,
+        "domain": rec.domain,
+        "source_file": path.name,
+    } for rec in records]
 
 
 def _annotate(records: list[dict[str, Any]]) -> None:
     """Add detected language (+confidence) and fill missing domains."""
-    from models.langid import detect_many
+    from polyspec.core.langid import detect_many
 
     guesses = detect_many([r["text"] for r in records])
     for rec, guess in zip(records, guesses, strict=True):
@@ -182,8 +158,6 @@ def build_prompts(out_dir: Path, language: str, cfg: PromptsConfig, seed: int) -
 
 
 def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
-    from training.runs import atomic_write_text
-
     atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
 
 

@@ -9,29 +9,26 @@ deliberate step: ``polyspec registry promote NAME@VERSION``.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Any
 
-from training.config import RunConfig
-from training.runs import console, file_record
+from polyspec.core.atomic import atomic_dir
+from polyspec.training.config import RunConfig
+from polyspec.training.runs import console, file_record
 
 
 def durable_copy(src: Path, home: Path, run_id: str) -> Path:
     dest = home / "drafts" / run_id
     if dest.is_dir() and (dest / "model.safetensors").is_file():
         return dest
-    tmp = dest.with_name(f".{dest.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(src, tmp)
-    shutil.rmtree(dest, ignore_errors=True)
-    os.replace(tmp, dest)
+    with atomic_dir(dest) as tmp:
+        shutil.copytree(src, tmp, dirs_exist_ok=True)
     return dest
 
 
 def provenance(run: Any, summaries: dict[str, Any], parent_ref: str | None, parent_path: Path | None) -> dict[str, Any]:
-    from training.runs import code_version
+    from polyspec.training.runs import code_version
 
     cfg: RunConfig = run.config
     prompt_files = [*cfg.prompts.files, *(r.path for r in cfg.prompts.replay)]
@@ -67,7 +64,7 @@ def find_registered(reg: Any, verifier: str, path: Path | None) -> str | None:
 
 def register_candidate(run: Any, verifier_name: str, draft_dir: Path, results: dict[str, Any],
                        summaries: dict[str, Any], parent_path: Path | None, home: Path) -> dict[str, Any]:
-    from registry import open_registry
+    from polyspec.registry import open_registry
 
     cfg: RunConfig = run.config
     name = cfg.registration.draft_name or f"{verifier_name}-{cfg.language}-{cfg.domain}"

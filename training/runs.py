@@ -8,11 +8,12 @@ redo it when an earlier stage was redone (its inputs changed).
 
 from __future__ import annotations
 
+from polyspec.core.settings import get_settings
+
 import json
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -21,8 +22,9 @@ from typing import Any
 
 from rich.console import Console
 
-from training.config import STAGES, RunConfig
-from training.errors import RunConfigMismatch, RunExists, RunNotFound, StageCorrupt, StageMissing
+from polyspec.core.atomic import atomic_write_json
+from polyspec.training.config import STAGES, RunConfig
+from polyspec.training.errors import RunConfigMismatch, RunExists, RunNotFound, StageCorrupt, StageMissing
 
 console = Console(stderr=True)
 MARKER = "DONE.json"
@@ -32,28 +34,7 @@ FULL_VERIFY_LIMIT = 32 * 1024 * 1024
 
 
 def runs_root(home: Path | None = None) -> Path:
-    from polyspec.settings import get_settings
-
     return (Path(home).expanduser() if home else get_settings().home) / "runs"
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write to a temp file in the same directory, fsync, rename: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
 def code_version() -> str:
@@ -77,7 +58,7 @@ def code_version() -> str:
 
 
 def file_record(path: Path) -> dict[str, Any]:
-    from models.checksums import sha256_file
+    from polyspec.models.checksums import sha256_file
 
     return {"size": path.stat().st_size, "sha256": sha256_file(path)}
 
@@ -94,7 +75,7 @@ def tree_records(root: Path) -> dict[str, dict[str, Any]]:
 
 def check_records(root: Path, records: dict[str, dict[str, Any]]) -> list[str]:
     """Problems between the files under ``root`` and their recorded size/sha256 (empty = fine)."""
-    from models.checksums import sha256_file
+    from polyspec.models.checksums import sha256_file
 
     problems = []
     for rel, rec in records.items():

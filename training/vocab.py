@@ -17,10 +17,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from training.config import RunConfig
-from training.errors import ParentDraftError
-from training.prompts import read_jsonl
-from training.runs import atomic_write_json, console
+from polyspec.training.config import RunConfig
+from polyspec.training.errors import ParentDraftError
+from polyspec.training.prompts import read_jsonl
+from polyspec.core.atomic import atomic_write_json
+from polyspec.training.runs import console
 
 
 def count_tokens(rows: list[dict[str, Any]]) -> Counter[int]:
@@ -51,7 +52,7 @@ def coverage(freq: Counter[int], vocab: set[int]) -> float:
 
 
 def _select(cfg: RunConfig, freq: Counter[int], verifier: Any, parent_ids: list[int] | None, size: int) -> list[int]:
-    from models.vocab_ref import english_top_token_ids
+    from polyspec.models.vocab_ref import english_top_token_ids
 
     source = cfg.vocab_source
     if source == "parent":
@@ -74,8 +75,8 @@ def build_vocab(out_dir: Path, answers_path: Path, cfg: RunConfig, verifier: Any
     import numpy as np
     import torch
 
-    from models.draft_build import vocab_mappings
-    from models.drafts import draft_token_ids
+    from polyspec.models.draft_build import vocab_mappings
+    from polyspec.models.drafts import draft_token_ids
 
     rows = [r for r in read_jsonl(answers_path) if not r.get("replay")]
     freq = count_tokens(rows)
@@ -101,7 +102,7 @@ def _coverage_report(cfg: RunConfig, freq: Counter[int], ids: set[int], parent_i
                      verifier: Any, size: int) -> dict[str, Any]:
     from rich.table import Table
 
-    from models.vocab_ref import english_top_token_ids
+    from polyspec.models.vocab_ref import english_top_token_ids
 
     rows = {"draft (new)": coverage(freq, ids)}
     if parent_ids is not None:
@@ -121,7 +122,7 @@ def _init_draft(out: Path, cfg: RunConfig, verifier: Any, parent: Path | None, i
     """Save the starting draft: the parent (finetune) or a fresh one, lm_head re-sliced whenever t2d changed."""
     import torch
 
-    from models.draft_build import build_draft_model, load_draft, reslice_lm_head, save_draft, verifier_lm_head_weight
+    from polyspec.models.draft_build import build_draft_model, load_draft, reslice_lm_head, save_draft, verifier_lm_head_weight
 
     if cfg.mode == "finetune":
         model = load_draft(parent, verifier.path)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from registry.schema import Base
+from polyspec.registry.schema import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -9,6 +9,8 @@ Charts are drawn in the browser with the bundled SVG code in static/: no CDN, wo
 
 from __future__ import annotations
 
+from polyspec.core.settings import get_settings
+
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
@@ -17,9 +19,10 @@ from typing import Any, Protocol
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 
-from router.admin.auth import COOKIE_NAME, make_guard, presented_token
-from router.admin.summary import BackendStatus, RegistryData, build_summary
-from router.table import LiveRow
+from polyspec.router.admin.sources import AppSources
+from polyspec.router.admin.auth import COOKIE_NAME, make_guard, presented_token
+from polyspec.router.admin.summary import BackendStatus, RegistryData, build_summary
+from polyspec.router.table import LiveRow
 
 HERE = Path(__file__).resolve().parent
 STATIC_DIR = HERE / "static"
@@ -46,8 +49,6 @@ class AdminSources(Protocol):
 
 
 def _settings_token() -> str | None:
-    from polyspec.settings import get_settings
-
     return get_settings().admin_token
 
 
@@ -133,6 +134,4 @@ def create_admin_router(
 
 def mount(app: Any, runtime: Any) -> None:
     """Called by ``router.app.create_app``: serve /admin from this app's runtime and the registry."""
-    from router.admin.sources import AppSources
-
     app.include_router(create_admin_router(lambda request: AppSources(app, runtime)))

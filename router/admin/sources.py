@@ -10,8 +10,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from router.admin.summary import BackendStatus, RegistryData
-from router.table import LiveRow, to_live_row
+from polyspec.router.admin.summary import BackendStatus, RegistryData
+from polyspec.router.table import LiveRow, to_live_row
 
 _registries: dict[str | None, Any] = {}
 _lock = threading.Lock()
@@ -21,7 +21,7 @@ def _registry(url: str | None) -> Any:
     # One Registry (one SQLAlchemy engine pool) per URL for the life of the process.
     with _lock:
         if url not in _registries:
-            from registry import open_registry
+            from polyspec.registry import open_registry
 
             _registries[url] = open_registry(url)
         return _registries[url]
@@ -83,7 +83,7 @@ class AppSources:
 
     def snapshot(self) -> dict[str, Any]:
         if self._snap is None:
-            from router.telemetry import snapshot
+            from polyspec.router.telemetry import snapshot
 
             self._snap = snapshot(self.runtime)
         return self._snap
@@ -106,9 +106,7 @@ class AppSources:
         return read_registry(self.registry_url)
 
     async def refresh(self) -> dict[str, Any]:
-        from router.app import refresh_routing_table
-
-        result = await refresh_routing_table(self.app)
+        result = await self.runtime.refresh()
         if not result.get("ok", True):
             raise RuntimeError(result.get("error") or "refresh failed")
         return {**result, "backends": result.get("replicas", 0)}

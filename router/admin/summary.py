@@ -10,11 +10,12 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from models.langid import UNDETERMINED
-from router.table import LiveRow
+from polyspec.core.langid import UNDETERMINED
+from polyspec.core.counters import SpecCounts
+from polyspec.router.table import LiveRow
 
 FROM_SCRATCH_PLAN = "from-scratch-custom-vocab"
 LANGID_EDGES = [round(i / 10, 1) for i in range(11)]
@@ -71,15 +72,10 @@ def langid_histogram(confidences: Iterable[float], edges: Sequence[float] = LANG
 
 
 def _merge(rows: Iterable[LiveRow], language: str, k: int) -> LiveRow:
-    per_pos = [0] * k
-    req = tok = steps = drafted = acc = 0
-    for r in rows:
-        req, tok, steps = req + r.requests, tok + r.completion_tokens, steps + r.num_spec_steps
-        drafted, acc = drafted + r.num_draft_tokens, acc + r.num_accepted_tokens
-        for i, n in enumerate(r.accepted_per_pos[:k]):
-            per_pos[i] += n
-    return LiveRow(language, "*", "*", requests=req, completion_tokens=tok, num_spec_steps=steps,
-                   num_draft_tokens=drafted, num_accepted_tokens=acc, accepted_per_pos=tuple(per_pos))
+    """All rows of a language as one, with exactly k positions (the dashboard's columns)."""
+    total = sum((r.counts for r in rows), SpecCounts())
+    per_pos = (tuple(total.accepted_per_pos[:k]) + (0,) * k)[:k]
+    return LiveRow(language, "*", "*", replace(total, accepted_per_pos=per_pos))
 
 
 def _offline_index(evaluations: Iterable[Any]) -> dict[tuple[str, str], Any]:
@@ -117,7 +113,7 @@ def _language_rows(
             "share": requests.get(code, 0) / total if total else 0.0,
             "completion_tokens": merged.completion_tokens,
             "num_spec_steps": merged.num_spec_steps,
-            "acceptance": merged.acceptance,
+            "acceptance": merged.acceptance if merged.num_spec_steps else None,  # None: not measured
             "mean_acceptance_length": merged.mean_acceptance_length,
             "offline_mean_acceptance_length": ev.mean_acceptance_length if ev else None,
             "offline_acceptance": list(ev.acceptance) if ev else None,
@@ -133,7 +129,7 @@ def _live_rows(live: list[LiveRow], offline: dict) -> list[dict[str, Any]]:
         rows.append({
             "language": r.language, "domain": r.domain, "draft": r.draft, "requests": r.requests,
             "completion_tokens": r.completion_tokens, "num_spec_steps": r.num_spec_steps,
-            "acceptance": r.acceptance, "mean_acceptance_length": r.mean_acceptance_length,
+            "acceptance": r.acceptance if r.num_spec_steps else None, "mean_acceptance_length": r.mean_acceptance_length,
             "offline_mean_acceptance_length": ev.mean_acceptance_length if ev else None,
             "offline_benchmark": ev.benchmark if ev else None,
         })

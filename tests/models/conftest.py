@@ -12,7 +12,7 @@ import pytest
 @pytest.fixture()
 def tmp_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty POLYSPEC_HOME for one test."""
-    from polyspec.settings import reset_settings_cache
+    from polyspec.core.settings import reset_settings_cache
 
     home = tmp_path / "home"
     home.mkdir()

@@ -5,18 +5,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.acceptance import (
+from polyspec.models.acceptance import (
     AcceptanceError,
     AcceptanceResult,
     OfflineSpeculator,
-    acceptance_from_histogram,
     chat_prompt_ids,
     measure_acceptance_models,
 )
-from models.draft_build import load_draft
-from models.hidden import capture_hidden_states, load_verifier_model
-from models.shipped import shipped_for_language
-from training.evaluate import load_mtbench
+from polyspec.models.draft_build import load_draft
+from polyspec.models.hidden import capture_hidden_states, load_verifier_model
+from polyspec.models.shipped import shipped_for_language
+from polyspec.training.benchmarks import load_mtbench
 
 K = 3
 
@@ -38,7 +37,17 @@ def test_histogram_to_acceptance_and_mean_length():
     assert r.num_spec_steps == 10 and r.k == 3
     merged = AcceptanceResult.merge([r, AcceptanceResult.from_histogram([8, 0, 0, 0], num_prompts=2, num_tokens=8)])
     assert merged.histogram == [10, 3, 4, 1] and merged.num_prompts == 3 and merged.num_tokens == 38
-    assert acceptance_from_histogram([0, 0, 0]) == [0.0, 0.0]
+    empty = AcceptanceResult.of_details([], k=2)  # core.acceptance's one empty case: no step, no MAL
+    assert empty.acceptance == [0.0, 0.0] and empty.mean_acceptance_length is None and empty.histogram == [0, 0, 0]
+
+
+def test_chat_prompt_ids_renders_a_conversation(verifier_model):
+    _, tok = verifier_model
+    one = chat_prompt_ids(tok, "Bonjour")
+    conv = chat_prompt_ids(tok, [{"role": "user", "content": "Bonjour"}, {"role": "assistant", "content": "Salut !"},
+                                 {"role": "user", "content": "Ça va ?"}])
+    assert one == chat_prompt_ids(tok, [{"role": "user", "content": "Bonjour"}])
+    assert len(conv) > len(one) and "Salut !" in tok.decode(conv)
 
 
 def test_bad_arguments(verifier_model, trained_draft):
@@ -97,7 +106,7 @@ def test_chain_matches_speculators_teacher_forced_forward(verifier_model, traine
 def test_hidden_state_conventions_and_batching(verifier_model):
     """aux layer L = output_hidden_states[L]; `last` is pre-norm (norm(last) gives the logits);
     the batched, padded capture equals the one-by-one capture."""
-    from models.hidden import HiddenStateError, capture_hidden_states_batched
+    from polyspec.models.hidden import HiddenStateError, capture_hidden_states_batched
 
     model, tok = verifier_model
     seqs = [chat_prompt_ids(tok, p) for p in ("Hi", "Explain photosynthesis in one sentence.", "2+2?")]

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.acceptance import AcceptanceError, OfflineSpeculator, chat_prompt_ids
-from models.acceptance_tf import TeacherForcedAcceptance, _ttt_mask
-from models.draft_build import load_draft
-from models.hidden import load_verifier_model
-from models.shipped import shipped_for_language
-from training.evaluate import load_mtbench
+from polyspec.models.acceptance import AcceptanceError, OfflineSpeculator, chat_prompt_ids
+from polyspec.models.acceptance_tf import TeacherForcedAcceptance, _ttt_mask
+from polyspec.models.draft_build import load_draft
+from polyspec.models.hidden import load_verifier_model
+from polyspec.models.shipped import shipped_for_language
+from polyspec.training.benchmarks import load_mtbench
 
 K, BUDGET = 3, 32
 

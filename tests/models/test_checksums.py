@@ -3,7 +3,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from models.checksums import sha256_file, sha256_tree, verify_tree
+from polyspec.models.checksums import sha256_file, sha256_tree, verify_tree
 
 
 def test_sha256_tree_and_verify(tmp_path: Path) -> None:

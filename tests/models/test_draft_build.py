@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from models.draft_build import (
+from polyspec.models.draft_build import (
     DraftBuildError,
     build_draft_model,
     create_draft,

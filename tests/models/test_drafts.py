@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.drafts import DraftInvalid, draft_token_ids, inspect_draft, load_t2d
+from polyspec.models.drafts import DraftInvalid, draft_token_ids, inspect_draft, load_t2d
 
 
 @pytest.fixture()

@@ -7,8 +7,10 @@ import shutil
 
 import pytest
 
-from models.drafts import inspect_draft
-from models.shipped import MANIFEST, ShippedDraftError, shipped_drafts, shipped_for_language
+from polyspec.models.drafts import inspect_draft
+from polyspec.models.shipped import (
+    MANIFEST, ShippedDraftError, checkout_drafts, shipped_drafts, shipped_for_language,
+)
 
 
 def test_manifest_lists_english_base_and_french_finetune():
@@ -19,7 +21,7 @@ def test_manifest_lists_english_base_and_french_finetune():
     assert shipped_for_language("smollm2-135m-instruct", "xx") is None
 
 
-@pytest.mark.parametrize("draft", shipped_drafts(), ids=lambda d: d.name)
+@pytest.mark.parametrize("draft", checkout_drafts(), ids=lambda d: d.name)
 def test_shipped_draft_is_small_checksummed_and_valid(draft, verifier):
     draft.verify()
     size = sum(p.stat().st_size for p in draft.path.iterdir())
@@ -46,6 +48,14 @@ def test_damaged_shipped_draft_is_refused(tmp_path):
     draft = shipped_drafts(manifest=root / "manifest.json")[0]
     with open(draft.path / "config.json", "a", encoding="utf-8") as fh:
         fh.write(" ")
-    with pytest.raises(ShippedDraftError, match="config.json"):
+    with pytest.raises(ShippedDraftError, match="config.json") as err:
         draft.verify()
+    assert "polyspec models pull" in (err.value.hint or "")  # how to get an intact copy
     assert json.loads((root / "manifest.json").read_text())["drafts"]
+
+
+def test_checkout_lists_every_draft_with_its_weights():
+    """The checkout ships all five drafts; they stay out of the wheel (tests/test_install.py)."""
+    listed = checkout_drafts()
+    assert len(listed) == 5 and all((d.path / "model.safetensors").is_file() for d in listed)
+    assert [d.name for d in shipped_drafts(home="/nonexistent-polyspec-home")] == [d.name for d in listed]

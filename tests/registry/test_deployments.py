@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from registry import AlreadyExists, RegistryError
+from polyspec.registry import AlreadyExists, RegistryError
 
 
 def test_active_deployment_view(reg, base_draft, verifier_rec) -> None:
@@ -62,4 +62,4 @@ def test_cli_deploy(cli, base_draft) -> None:
     listed = json.loads(cli("deployments", "--json").stdout)
     assert [(d["name"], d["draft"], d["launch"]) for d in listed] == [("en-local", "en-base@1", {"port": 8101})]
     assert cli("undeploy", "en-local").exit_code == 0
-    assert cli("undeploy", "en-local").exit_code == 1
+    assert cli("undeploy", "en-local").exit_code == 3  # NotFoundError

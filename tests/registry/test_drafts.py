@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from registry import InvalidDraft, NotFound
+from polyspec.registry import InvalidDraft, NotFound
 from tests.registry.conftest import snapshot
 
 
 def test_import_records_checksums_versions_and_provenance(reg, verifier_rec, base_draft_dir: Path) -> None:
-    from models.checksums import sha256_tree
+    from polyspec.models.checksums import sha256_tree
 
     first = reg.import_draft(base_draft_dir, verifier=verifier_rec.name, name="en-base", languages="EN,eng",
                              provenance={"recipe": "none"})
@@ -86,4 +86,4 @@ def test_cli_import_and_show(cli, verifier_rec, base_draft_dir: Path, tmp_path: 
     assert shown["draft"]["provenance"]["code_version"] == "abc" and shown["evaluations"] == []
     assert "cli-draft@1" in cli("drafts").stdout
     bad = cli("import-draft", str(tmp_path), "--name", "x", "--languages", "en", "--verifier", verifier_rec.name)
-    assert bad.exit_code == 1 and bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr
+    assert bad.exit_code == 2 and bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from registry import PromptsError, UnknownLanguage
-from registry.languages import dominant_script, read_prompts, resolve_language
+from polyspec.registry import PromptsError, UnknownLanguage
+from polyspec.registry.languages import dominant_script, read_prompts, resolve_language
 from tests.registry.conftest import snapshot
 
 NON_LATIN = {"ja": "Japanese", "ru": "Cyrillic", "hi": "Devanagari", "th": "Thai", "ar": "Arabic"}
@@ -91,11 +91,11 @@ def test_cli_add_language(cli, verifier_rec, shared_data: Path, tmp_path: Path) 
     listed = json.loads(cli("languages", "--json").stdout)
     assert [p["language"] for p in listed] == ["ru"]
     unknown = cli("add-language", "frnch", "--prompts", str(shared_data / "train" / "fr.jsonl"), "--json")
-    assert unknown.exit_code == 1 and "fr (French)" in json.loads(unknown.stdout)["suggestions"]
+    assert unknown.exit_code == 2 and "fr (French)" in json.loads(unknown.stdout)["suggestions"]
     empty = tmp_path / "empty.txt"
     empty.write_text("")
     res = cli("add-language", "fr", "--prompts", str(empty), "--verifier", verifier_rec.name)
-    assert res.exit_code == 1 and "no prompts" in res.stderr and "Traceback" not in res.stderr
+    assert res.exit_code == 2 and "no prompts" in res.stderr and "Traceback" not in res.stderr
     human = cli("add-language", "fr", "--prompts", str(shared_data / "train" / "fr.jsonl"), "--verifier",
                 verifier_rec.name)
     assert human.exit_code == 0 and "plan: finetune" in human.stdout

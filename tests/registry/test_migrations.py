@@ -13,8 +13,8 @@ def test_upgrade_head_on_empty_db_matches_schema(tmp_path: Path, monkeypatch) ->
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
-    from registry import db, open_registry
-    from registry.schema import Base
+    from polyspec.registry import db, open_registry
+    from polyspec.registry.schema import Base
 
     monkeypatch.chdir(tmp_path)  # migrations must not depend on the current directory
     url = f"sqlite:///{tmp_path / 'sub' / 'fresh.db'}"
@@ -43,7 +43,7 @@ def test_import_is_torch_free() -> None:
 def test_bad_url_is_a_clear_error() -> None:
     import pytest
 
-    from registry import RegistryError, open_registry
+    from polyspec.registry import RegistryError, open_registry
 
     with pytest.raises(RegistryError, match="invalid registry URL"):
         open_registry("not a url")

@@ -7,14 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from registry import PromotionRefused, RegistryError
+from polyspec.registry import PromotionRefused, RegistryError
 
 
-def _eval(reg, draft: str, lang: str, mal_first: float, *, benchmark: str = "mtbench") -> None:
+def _eval(reg, draft: str, lang: str, mal_first: float, *, benchmark: str = "mtbench", subset: str = "all") -> None:
     """An evaluation whose mean acceptance length is 1 + mal_first + its two decayed successors."""
     a1 = mal_first
     reg.add_evaluation(draft, benchmark=benchmark, language=lang, k=3, acceptance=[a1, a1 * 0.5, a1 * 0.25],
-                       num_prompts=80, num_tokens=16000, method="offline")
+                       num_prompts=80, num_tokens=16000, method="offline", subset=subset,
+                       degenerate_share=None if subset == "all" else 0.25)
 
 
 def _candidate(reg, base_draft, base_draft_dir: Path, name: str = "fr-ft", languages=("fr",)):
@@ -66,6 +67,36 @@ def test_no_evaluation_or_no_comparable_evaluation_is_refused(reg, scene) -> Non
     _eval(reg, scene.ref, "fr", 0.5, benchmark="heldout")
     with pytest.raises(PromotionRefused, match="no evaluation comparable"):
         reg.promote(scene.ref)
+
+
+def test_the_gate_compares_like_with_like_subsets(reg, scene) -> None:
+    """A figure over non-degenerate answers is never compared with one over all answers."""
+    _eval(reg, scene.ref, "fr", 0.60, subset="non_degenerate")  # would be a large 'gain' against 'all'
+    with pytest.raises(PromotionRefused, match="same benchmark, method, k, domain and subset"):
+        reg.promote(scene.ref)
+    _eval(reg, "en-base@1", "fr", 0.30, subset="non_degenerate")  # the baseline's own non-degenerate figure
+    _eval(reg, scene.ref, "fr", 0.205)  # over all answers: +0.009, not enough
+    with pytest.raises(PromotionRefused) as err:
+        reg.promote(scene.ref)
+    assert [f for f in err.value.failures if f.startswith("fr:")] == [
+        "fr: mean acceptance length 1.350 -> 1.359 on mtbench/offline/k=3/all (vs en-base@1), gain +0.009 < 0.02"]
+    _eval(reg, scene.ref, "fr", 0.36)
+    res = reg.promote(scene.ref)
+    fr = {c["subset"]: c for c in res.comparisons if c["language"] == "fr"}
+    assert (fr["all"]["before"], fr["non_degenerate"]["before"], fr["non_degenerate"]["after"]) == (1.35, 1.525, 2.05)
+
+
+def test_evaluation_subset_is_checked(reg, base_draft) -> None:
+    from polyspec.registry import InvalidEvaluation
+
+    with pytest.raises(InvalidEvaluation, match="subset must be one of all, non_degenerate"):
+        _eval(reg, base_draft.ref, "fr", 0.2, subset="clean")
+    with pytest.raises(InvalidEvaluation, match="degenerate_share must lie in"):
+        reg.add_evaluation(base_draft.ref, benchmark="b", language="fr", k=1, acceptance=[0.2], degenerate_share=1.5)
+    _eval(reg, base_draft.ref, "fr", 0.2, subset="non_degenerate")
+    [ev] = reg.evaluations(base_draft.ref, subset="non_degenerate")
+    assert ev.subset == "non_degenerate" and ev.degenerate_share == 0.25
+    assert reg.evaluations(base_draft.ref, subset="all") == []
 
 
 def test_first_draft_for_a_language_needs_only_an_evaluation(reg, verifier_rec, base_draft_dir: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from registry import ImportFailed, open_registry
+from polyspec.registry import ImportFailed, open_registry
 from tests.registry.conftest import snapshot
 
 
@@ -57,4 +57,4 @@ def test_cli_export_import(cli, reg, base_draft, tmp_path: Path, monkeypatch) ->
     shown = json.loads(cli("--url", fresh, "show-draft", base_draft.ref, "--json").stdout)
     assert shown["draft"]["checksums"] == base_draft.checksums
     (tmp_path / "junk.json").write_text("[1, 2]")
-    assert cli("import", str(tmp_path / "junk.json")).exit_code == 1
+    assert cli("import", str(tmp_path / "junk.json")).exit_code == 2  # InvalidInput

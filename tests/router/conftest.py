@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ import httpx
 import pytest
 import uvicorn
 
+from tests.conftest import SHARED_SERVED_NAME
 from tests.router.fakes import BrokenEngine, free_port
 
 
@@ -49,7 +51,7 @@ class ServedApp:
 
 
 def router_config(registry_url: str, **overrides: Any) -> Any:
-    from router.config import RouterConfig
+    from polyspec.router.config import RouterConfig
 
     base: dict[str, Any] = dict(
         registry_url=registry_url, router_id="test-router", default_language="en", language_threshold=0.5,
@@ -62,19 +64,63 @@ def router_config(registry_url: str, **overrides: Any) -> Any:
 
 @contextmanager
 def serve_router(registry_url: str, **overrides: Any) -> Iterator[ServedApp]:
-    from router.app import create_app
+    from polyspec.router.app import create_app
 
     app = create_app(router_config(registry_url, **overrides), mount_admin=False)
     with ServedApp(app) as served:
         yield served
 
 
-@pytest.fixture()
-def registry(registry_url: str, verifier: Any) -> Any:
-    from registry import open_registry
+@pytest.fixture(scope="session")
+def fake_verifier(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A verifier *description* (models.verifiers.VerifierInfo: what the registry records about a verifier)
+    with a config.json stub where the weights would be. The router only reads registry rows, never the
+    verifier's files, so its unit tests need neither the prepared weights nor torch. Same name and shape as
+    the bundled verifier, so drafts built for that one (base_draft_dir) import against this row too."""
+    from polyspec.models.verifiers import VerifierInfo
 
+    root = tmp_path_factory.mktemp("fake-verifier")
+    desc = VerifierInfo(name="smollm2-135m-instruct", path=root, architecture="LlamaForCausalLM", vocab_size=49152,
+                        hidden_size=576, num_layers=30)
+    (root / "config.json").write_text(json.dumps({
+        "architectures": [desc.architecture], "model_type": "llama", "vocab_size": desc.vocab_size,
+        "hidden_size": desc.hidden_size, "num_hidden_layers": desc.num_layers}))
+    return desc
+
+
+@pytest.fixture(scope="session")
+def fake_draft_dir(fake_verifier: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A structurally valid speculators Eagle3 draft for ``fake_verifier`` (32-token draft vocabulary, a few
+    KB of zero weights): enough for the registry's validation and for routing, never for an engine."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    out = tmp_path_factory.mktemp("fake-draft")
+    v, draft_vocab = fake_verifier, 32
+    (out / "config.json").write_text(json.dumps({
+        "architectures": ["Eagle3DraftModel"], "speculators_model_type": "eagle3", "draft_vocab_size": draft_vocab,
+        "target_hidden_size": v.hidden_size,
+        "transformer_layer_config": {"vocab_size": v.vocab_size, "hidden_size": v.hidden_size, "num_hidden_layers": 1},
+        "speculators_config": {"algorithm": "eagle3", "proposal_methods": [{"speculative_tokens": 3}],
+                               "verifier": {"name_or_path": v.name}},
+    }))
+    t2d = np.zeros(v.vocab_size, dtype=bool)
+    t2d[:draft_vocab] = True  # the draft proposes target ids 0..31, so d2t (target id - draft id) is all zero
+    save_file({"lm_head.weight": np.zeros((draft_vocab, v.hidden_size), dtype=np.float16),
+               "fc.weight": np.zeros((v.hidden_size, 8), dtype=np.float16),
+               "d2t": np.zeros(draft_vocab, dtype=np.int64), "t2d": t2d}, str(out / "model.safetensors"))
+    return out
+
+
+@pytest.fixture()
+def registry(request: pytest.FixtureRequest, registry_url: str, fake_verifier: Any) -> Any:
+    """A fresh registry with the verifier registered: the real prepared one for tests that start engines
+    (marked integration: the engines load it from the registered location), the description otherwise."""
+    from polyspec.registry import open_registry
+
+    real = request.node.get_closest_marker("integration") is not None
     reg = open_registry(registry_url)
-    reg.add_verifier(verifier)
+    reg.add_verifier(request.getfixturevalue("verifier") if real else fake_verifier)
     yield reg
     reg.close()
 
@@ -90,32 +136,8 @@ def add_draft(reg: Any, path: Path, verifier_name: str, name: str, languages: li
     return f"{rec.name}@{rec.version}"
 
 
-SERVED = "smollm2"  # the model name the real engines serve
-
-
-@pytest.fixture(scope="session")
-def engine_processes(verifier, tmp_path_factory):
-    """Two real vLLM engines, started once per session: lang -> VllmEngine, the shipped English base and
-    French drafts (trained, so acceptance is non-zero and the telemetry comparison is not vacuous);
-    1 unpinned OpenMP thread each (2-core machine). test_faults_engines.py kills and restarts the
-    French one on its port; every other test sees them as started."""
-    from models.shipped import shipped_for_language
-    from models.vllm_engine import EngineSpec, VllmEngine
-
-    root = tmp_path_factory.mktemp("router-engines")
-    running: dict[str, VllmEngine] = {}
-    try:
-        for lang in ("en", "fr"):
-            spec = EngineSpec(verifier=verifier.path, draft=shipped_for_language(verifier.name, lang).path,
-                              served_model_name=SERVED, cpu_bind="nobind", threads=1, kv_cache_gib=1,
-                              max_model_len=1024)
-            running[lang] = VllmEngine(spec, root / f"{lang}.log").start()
-        for engine in running.values():
-            engine.wait_ready(timeout=900, progress=False)
-        yield running
-    finally:
-        for engine in running.values():
-            engine.stop()
+# The real engines are session fixtures of tests/conftest.py, shared with every area that needs one.
+SERVED = SHARED_SERVED_NAME
 
 
 @pytest.fixture(scope="session")
@@ -172,7 +194,7 @@ def error500(registry):
 @pytest.fixture()
 def no_token(monkeypatch):
     """No admin token configured: /admin answers loopback clients (every test client here) only."""
-    from polyspec.settings import reset_settings_cache
+    from polyspec.core.settings import reset_settings_cache
 
     monkeypatch.delenv("POLYSPEC_ADMIN_TOKEN", raising=False)
     reset_settings_cache()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from router.admin.auth import COOKIE_NAME
+from polyspec.router.admin.auth import COOKIE_NAME
 
 REPO = Path(__file__).resolve().parents[2]
 MTBENCH = REPO / "training" / "data" / "mtbench"
@@ -25,7 +25,7 @@ FR_OFFLINE = [0.5, 0.3, 0.1]  # MAL 1.9
 
 def populate_registry(url: str, draft_dir: Path, *, en_url: str, fr_url: str) -> None:
     """Two real drafts (en, fr) with offline evaluations, deployed; language profiles en, fr, ru."""
-    from registry import open_registry
+    from polyspec.registry import open_registry
 
     reg = open_registry(url)
     try:
@@ -75,8 +75,8 @@ def admin_registry(verifier, base_draft_dir, tmp_path_factory) -> str:
 
 
 def make_app(registry_url: str, **overrides):
-    from router.app import create_app
-    from router.config import RouterConfig
+    from polyspec.router.app import create_app
+    from polyspec.router.config import RouterConfig
 
     config = RouterConfig(registry_url=registry_url, router_id="test-router", fail_threshold=1, language_threshold=0.5,
                           health_interval_s=3600, refresh_interval_s=3600, flush_interval_s=3600, **overrides)
@@ -85,7 +85,7 @@ def make_app(registry_url: str, **overrides):
 
 @pytest.fixture()
 def with_token(monkeypatch):
-    from polyspec.settings import reset_settings_cache
+    from polyspec.core.settings import reset_settings_cache
 
     monkeypatch.setenv("POLYSPEC_ADMIN_TOKEN", "s3cret-token")
     reset_settings_cache()
@@ -172,7 +172,7 @@ def test_summary_lists_drafts_profiles_and_backends(admin_registry, no_token):
 
 
 def test_refresh_reloads_the_routing_table(admin_registry, base_draft_dir, no_token, tmp_path):
-    from registry import open_registry
+    from polyspec.registry import open_registry
 
     url = f"sqlite:///{tmp_path / 'registry.db'}"
     populate_registry(url, base_draft_dir, en_url=DEAD_URL, fr_url="http://127.0.0.1:10")

@@ -37,9 +37,9 @@ def _free_port() -> int:
 def served_router(verifier, base_draft_dir, tmp_path, monkeypatch):
     import uvicorn
 
-    from polyspec.settings import reset_settings_cache
-    from router.app import create_app
-    from router.config import RouterConfig
+    from polyspec.core.settings import reset_settings_cache
+    from polyspec.router.app import create_app
+    from polyspec.router.config import RouterConfig
 
     port = _free_port()
     base = f"http://127.0.0.1:{port}"

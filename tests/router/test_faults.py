@@ -142,7 +142,7 @@ def test_registry_source_never_recreates_a_deleted_sqlite_file(registry, registr
     from contextlib import closing
     from pathlib import Path
 
-    from router.table import RegistrySource
+    from polyspec.router.table import RegistrySource
 
     registry.deploy(None, name="en-1", url="http://127.0.0.1:9", languages=["en"], default=True)
     path = Path(registry_url.removeprefix("sqlite:///"))
@@ -158,7 +158,7 @@ def test_registry_source_never_recreates_a_deleted_sqlite_file(registry, registr
             source.deployments()
     assert not path.exists()
     shutil.copy(tmp_path / "backup.db", path)
-    from registry import open_registry
+    from polyspec.registry import open_registry
 
     with open_registry(registry_url) as reg:
         reg.deploy(None, name="fr-1", url="http://127.0.0.1:10", languages=["fr"])

@@ -136,7 +136,7 @@ con.execute("ROLLBACK")
 
 
 def _registry_requests(registry_url: str) -> int:
-    from registry import open_registry
+    from polyspec.registry import open_registry
 
     with open_registry(registry_url) as reg:
         return sum(s.requests for s in reg.live_stats())
@@ -148,10 +148,10 @@ def test_registry_locked_then_deleted_router_keeps_serving(deployed, verifier, e
     restored from a backup with a new German pool. Requests keep being answered from the last routing
     table, failures show in /ready, the admin refresh and the log, live stats wait in memory, and the
     router picks the registry up again once it is back: nothing lost, nothing re-created empty."""
-    monkeypatch.setattr("registry.db.BUSY_TIMEOUT_MS", 300)  # the router's connections: 0.3 s, not 30 s
+    monkeypatch.setattr("polyspec.registry.db.BUSY_TIMEOUT_MS", 300)  # the router's connections: 0.3 s, not 30 s
     monkeypatch.delenv("POLYSPEC_ADMIN_TOKEN", raising=False)
     caplog.set_level(logging.WARNING, logger="polyspec.router")
-    from router.app import create_app
+    from polyspec.router.app import create_app
 
     path = Path(registry_url.removeprefix("sqlite:///"))
     app = create_app(router_config(registry_url, refresh_interval_s=0.3, flush_interval_s=0.3), mount_admin=True)
@@ -198,7 +198,7 @@ def test_registry_locked_then_deleted_router_keeps_serving(deployed, verifier, e
 
         # Restored, and a German pool deployed meanwhile: the router reads the new file.
         shutil.copy(backup, path)
-        from registry import open_registry
+        from polyspec.registry import open_registry
 
         with open_registry(registry_url) as reg:
             ref = add_draft(reg, engines["en"][1], verifier.name, "de-draft", ["de"], {"de": 1.5})

@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from router.fleet import FleetError, plan_from_config, plan_from_registry, set_deployment_url
-from router.yamlspec import FleetConfigError, load_fleet_config
+from polyspec.fleet import FleetError, plan_from_config, plan_from_registry, set_deployment_url
+from polyspec.fleet_config import FleetConfigError, load_fleet_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -70,7 +70,7 @@ engines:
 
 @pytest.fixture()
 def fleet_registry(verifier, base_draft_dir, registry_url):
-    from registry import open_registry
+    from polyspec.registry import open_registry
 
     reg = open_registry(registry_url)
     name = reg.ensure_verifier().name

@@ -14,9 +14,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from router.stream import EventSplitter
-from router.table import LiveRow
-from router.telemetry import Telemetry, merge_rows
+from polyspec.router.stream import EventSplitter
+from polyspec.core.counters import SpecCounts
+from polyspec.router.table import LiveRow
+from polyspec.router.telemetry import Telemetry, merge_rows
 from tests.router.conftest import ServedApp, chat, router_config, serve_router, wait_for
 from tests.router.fakes import BrokenEngine
 
@@ -73,8 +74,8 @@ def test_requests_go_only_to_engines_serving_their_model(two_models, registry_ur
 
 
 def test_model_filter_keeps_the_language_order_and_skips_other_models(registry_url, two_models):
-    from router.policy import candidate_pools, plan_attempts
-    from router.table import RegistrySource, build_table
+    from polyspec.router.policy import candidate_pools, plan_attempts
+    from polyspec.router.table import RegistrySource, build_table
 
     a, b = two_models
     table = build_table(RegistrySource(registry_url).deployments(), "en")
@@ -87,7 +88,7 @@ def test_model_filter_keeps_the_language_order_and_skips_other_models(registry_u
 
 
 def test_uncertain_prompts_are_counted_as_undetermined(registry, registry_url, no_token):
-    from router.app import create_app
+    from polyspec.router.app import create_app
 
     with BrokenEngine("error500") as fake:
         registry.deploy(None, name="en-default", url=fake.url, languages=["en"], default=True)
@@ -112,17 +113,17 @@ class _NoRegistry:
 
 
 def _runtime(registry_url: str):
-    from router.runtime import RouterRuntime
+    from polyspec.router.runtime import RouterRuntime
 
     return RouterRuntime(router_config(registry_url), source=_NoRegistry())
 
 
 def _job(source: str = "langid", stream: bool = False):
     """A job routed to one (unreachable) replica, for the bookkeeping alone; (job, target)."""
-    from router.classify import Decision
-    from router.job import Job
-    from router.policy import Target
-    from router.table import Pool, Replica
+    from polyspec.router.classify import Decision
+    from polyspec.router.job import Job
+    from polyspec.router.policy import Target
+    from polyspec.router.table import Pool, Replica
 
     replica = Replica("r", "http://127.0.0.1:9")
     target = Target(Pool("draft@1", ("en",), "general", True, {}, [replica]), replica)
@@ -131,7 +132,7 @@ def _job(source: str = "langid", stream: bool = False):
 
 
 def test_acceptance_of_uncertain_prompts_goes_to_the_und_key(registry_url):
-    from router.job import record
+    from polyspec.router.job import record
 
     rt = _runtime(registry_url)
     for source in ("fallback", "langid"):
@@ -166,7 +167,7 @@ class _StalledStream:
 @pytest.mark.parametrize("client_leaves", ["after-done", "before-done"])
 def test_a_client_leaving_right_after_done_was_served_in_full(registry_url, client_leaves):
     """The openai client hangs up as soon as it reads [DONE]; the engine's end of stream may come later."""
-    from router.stream import _relay
+    from polyspec.router.stream import _relay
 
     async def scenario() -> tuple:
         rt = _runtime(registry_url)
@@ -195,7 +196,7 @@ def test_a_client_leaving_right_after_done_was_served_in_full(registry_url, clie
 
 
 def test_a_relay_cut_by_an_unforeseen_error_is_counted_once_as_router_error(registry_url):
-    from router.stream import _relay
+    from polyspec.router.stream import _relay
 
     async def scenario() -> Telemetry:
         rt = _runtime(registry_url)
@@ -217,8 +218,8 @@ def test_a_relay_cut_by_an_unforeseen_error_is_counted_once_as_router_error(regi
 
 def test_a_classified_request_with_no_engine_is_counted(registry_url):
     """A request that was classified (its traffic counted) but found no engine gets a 503 and a status."""
-    from router.errors import NoBackend
-    from router.proxy import prepare
+    from polyspec.router.errors import NoBackend
+    from polyspec.router.proxy import prepare
 
     rt = _runtime(registry_url)  # an empty routing table: no pool at all
     raw = b'{"model": "polyspec", "messages": [{"role": "user", "content": "Hello, how are you today?"}]}'
@@ -280,10 +281,10 @@ def test_live_view_is_shared_plus_pending_at_every_step():
     spec = {"acceptance_histogram": [3, 2, 1], "num_draft_tokens": 12}
 
     def check() -> None:
-        expected = merge_rows(t.shared.values(), (agg.row(k) for k, agg in t.pending.items()))
-        assert {k: agg.row(k) for k, agg in t.live_lookup().items()} == expected
+        expected = merge_rows(t.shared.values(), (LiveRow(*k, c) for k, c in t.pending.items()))
+        assert {k: LiveRow(*k, c) for k, c in t.live_lookup().items()} == expected
 
-    t.set_shared({key: LiveRow(*key, requests=5, num_spec_steps=100, num_accepted_tokens=40, accepted_per_pos=(30, 10))})
+    t.set_shared({key: LiveRow(*key, SpecCounts(requests=5, num_spec_steps=100, num_accepted_tokens=40, accepted_per_pos=(30, 10)))})
     check()
     for k in (key, other, key):
         t.observe_acceptance(k, spec, 5)

@@ -23,7 +23,7 @@ FR_TEXT = "Pouvez-vous m'expliquer en deux phrases pourquoi le ciel est bleu pen
 
 
 def _counters(url: str):
-    from models.vllm_engine import parse_spec_decode_counters
+    from polyspec.models.vllm_engine import parse_spec_decode_counters
 
     return parse_spec_decode_counters(httpx.get(f"{url}/metrics", timeout=10).text)
 
@@ -126,7 +126,7 @@ def test_router_telemetry_matches_engine_counters(deployed, registry, registry_u
     assert sum(s.value for s in samples if s.name == "polyspec_langid_confidence_count") == 9
     # Stopping the router flushed its aggregates to the registry, additively.
     stored = {(s.draft_name, s.language): s for s in registry.live_stats()}
-    for lang, (engine, row) in figures.items():
+    for _lang, (engine, row) in figures.items():
         total = sum(s.num_spec_steps for (d, _), s in stored.items() if d == row["draft"])
         assert total == engine.num_drafts
 

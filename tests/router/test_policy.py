@@ -6,17 +6,19 @@ import asyncio
 
 import pytest
 
-from router.backends import Backends
-from router.policy import blended_mal, candidate_pools, plan_attempts
-from router.table import RegistrySource, build_table
-from router.telemetry import merge_rows
+from polyspec.router.backends import Backends
+from polyspec.router.policy import blended_mal, candidate_pools, plan_attempts
+from polyspec.router.table import RegistrySource, build_table
+from polyspec.router.telemetry import merge_rows
 from tests.router.conftest import add_draft, router_config
 
 
 @pytest.fixture()
-def fr_setup(registry, verifier, base_draft_dir):
-    """fr/code pool, two fr/general pools (offline MAL 1.5 and 1.8), an en default pool with two replicas."""
-    v = verifier.name
+def fr_setup(registry, fake_verifier, fake_draft_dir):
+    """fr/code pool, two fr/general pools (offline MAL 1.5 and 1.8), an en default pool with two replicas.
+
+    A verifier description and a structural draft are enough: routing reads registry rows, never weights."""
+    v, base_draft_dir = fake_verifier.name, fake_draft_dir
     refs = {
         "fr-code": add_draft(registry, base_draft_dir, v, "fr-code", ["fr"], {"fr": 1.4}, domain="code"),
         "fr-a": add_draft(registry, base_draft_dir, v, "fr-a", ["fr"], {"fr": 1.5}),
@@ -121,7 +123,7 @@ def test_fallback_pool_used_when_first_pool_is_down(registry_url, fr_setup):
 
 
 def test_runtime_refresh_keeps_last_table_when_registry_unreachable(registry, registry_url, fr_setup, tmp_path):
-    from router.runtime import RouterRuntime
+    from polyspec.router.runtime import RouterRuntime
 
     async def scenario() -> None:
         runtime = RouterRuntime(router_config(registry_url, health_timeout_s=0.2))
@@ -139,7 +141,7 @@ def test_runtime_refresh_keeps_last_table_when_registry_unreachable(registry, re
 
 
 def test_flush_is_additive_and_survives_failure(registry, registry_url, fr_setup, tmp_path):
-    from router.runtime import RouterRuntime
+    from polyspec.router.runtime import RouterRuntime
 
     spec = {"acceptance_histogram": [5, 3, 2, 0], "num_spec_steps": 10, "num_draft_tokens": 30,
             "num_accepted_draft_tokens": 7}

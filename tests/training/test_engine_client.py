@@ -13,10 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from training.answers import AnswerWriter
-from training.config import AnswersConfig
-from training.engine_client import answer_with_engine
-from training.errors import EngineError
+from polyspec.training.answers import AnswerWriter
+from polyspec.training.config import AnswersConfig
+from polyspec.training.engine_client import answer_with_engine
+from polyspec.training.errors import EngineError
 
 RECORDS = [{"id": f"p{i}", "lang": "fr", "domain": "general", "messages": [{"role": "user", "content": f"Question {i} ?"}]}
            for i in range(3)]

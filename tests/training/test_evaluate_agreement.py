@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from models.acceptance import AcceptanceResult
-from models.shipped import shipped_for_language
-from training.evaluate import evaluate_offline, evaluate_vllm, evaluation_rows, load_mtbench
+from polyspec.models.acceptance import AcceptanceResult
+from polyspec.models.shipped import shipped_for_language
+from polyspec.training.evaluate import evaluate_offline, evaluate_vllm, evaluation_rows, load_mtbench
 
 N_PROMPTS = 12
 MAX_TOKENS = 64

@@ -19,8 +19,20 @@ DATA, BASE = ROOT / "data", ROOT / "models" / "drafts" / "smollm2-135m-instruct-
 
 def test_mean_acceptance_length_pools_steps_over_prompts():
     # 3 steps accepting 0, 1 and 3 drafts, then 1 step accepting 2: (0 + 1 + 3 + 2) / 4 = 1.5 accepted per step
-    assert fx.mean_acceptance_length([[1, 1, 0, 1], [0, 0, 1, 0]]) == pytest.approx(2.5)
-    assert fx.mean_acceptance_length([]) == 1.0
+    assert fx.pooled_mal([[1, 1, 0, 1], [0, 0, 1, 0]]) == pytest.approx(2.5)
+    assert fx.pooled_mal([]) is None and fx.pooled_mal([[0, 0, 0, 0]]) is None  # core.acceptance's empty case
+
+
+def test_evaluation_groups_come_from_the_files_given(tmp_path, monkeypatch):
+    """No language list in the script: groups are the languages of the benchmark and code files."""
+    code = tmp_path / "code_heldout.jsonl"
+    code.write_text('{"id": "he-xx-70", "lang": "sw", "domain": "code", "prompt": "def f():"}\n'
+                    '{"id": "he-fr-71", "lang": "fr", "domain": "code", "prompt": "def g():"}\n')
+    monkeypatch.setenv("FX_LIMIT", "3")
+    groups = fx.eval_items(["mtbench:fr", "mtbench:ko"], code)
+    assert set(groups) == {"mt-fr", "mt-ko", "code-sw", "code-fr"}
+    assert [it.key for it in groups["mt-fr"]][:2] == ["mtbench-fr-81-t1", "mtbench-fr-81-t2"]
+    assert len(groups["mt-fr"]) == 6  # 3 questions x 2 turns
 
 
 def test_acceptance_row_matches_the_registry_contract():
@@ -54,7 +66,7 @@ def test_pick_ships_the_best_run_per_language_only_where_it_beats_the_base(tmp_p
 
 
 def test_every_spec_builds_a_valid_run_config_and_reuse_targets_exist():
-    from training.config import RunConfig
+    from polyspec.training.config import RunConfig
 
     specs = fx.run_specs(DATA, BASE)
     for name, spec in specs.items():

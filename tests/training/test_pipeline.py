@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-import models.hidden
+from polyspec.models import hidden as models_hidden
 from tests.training.test_vocab import _lm_head_matches_verifier
-from training.config import RunConfig
-from training.pipeline import run_pipeline, start_run
-from training.prompts import read_jsonl
-from training.runs import MARKER
+from polyspec.training.config import RunConfig
+from polyspec.training.pipeline import run_pipeline, start_run
+from polyspec.training.prompts import read_jsonl
+from polyspec.training.runs import MARKER
 
 
 class VerifierGone(ConnectionError):
@@ -26,7 +26,7 @@ class VerifierGone(ConnectionError):
 
 
 def _flaky_verifier_loader(fail_on_call: int):
-    real = models.hidden.load_verifier_model
+    real = models_hidden.load_verifier_model
 
     def load(*args, **kwargs):
         model, tokenizer = real(*args, **kwargs)
@@ -75,7 +75,7 @@ def test_tiny_run_resumes_and_beats_its_parent(verifier, base_draft_dir: Path, f
 
     run = start_run(_config(verifier, base_draft_dir, fr_prompts), home=tmp_path)
     with monkeypatch.context() as m:
-        m.setattr(models.hidden, "load_verifier_model", _flaky_verifier_loader(fail_on_call=2))
+        m.setattr(models_hidden, "load_verifier_model", _flaky_verifier_loader(fail_on_call=2))
         with pytest.raises(VerifierGone):
             run_pipeline(run, home=tmp_path)
     first_batch = read_jsonl(run.stage_dir("answers") / "answers.jsonl")
@@ -115,7 +115,7 @@ def test_tiny_run_resumes_and_beats_its_parent(verifier, base_draft_dir: Path, f
 
 
 def _check_registered(registry_url: str, run) -> None:
-    from registry import open_registry
+    from polyspec.registry import open_registry
 
     with open_registry(registry_url) as reg:
         draft = reg.get_draft("fr-tiny")

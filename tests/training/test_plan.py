@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 
 from tests.training.conftest import pack_rows, write_jsonl
-from training.errors import PlanError
-from training.plan import config_from_plan
+from polyspec.training.errors import PlanError
+from polyspec.training.plan import config_from_plan
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture()
 def reg_with_active_draft(registry_url: str, verifier, base_draft_dir: Path):
-    from registry import open_registry
+    from polyspec.registry import open_registry
 
     reg = open_registry(registry_url)
     reg.add_verifier(verifier)

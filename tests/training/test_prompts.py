@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from tests.training.conftest import pack_rows, write_jsonl
-from training.config import PromptsConfig, ReplaySpec
-from training.domains import detect_domain
-from training.errors import EmptyPromptFile, NoPromptsForLanguage, PromptsError
-from training.prompts import build_prompts, dedup_key, read_jsonl, read_prompt_file
+from polyspec.training.config import PromptsConfig, ReplaySpec
+from polyspec.core.prompts import PromptsError
+from polyspec.training.errors import EmptyPromptFile, NoPromptsForLanguage
+from polyspec.training.prompts import build_prompts, dedup_key, read_jsonl, read_prompt_file
 
 
 def test_reads_the_three_formats(tmp_path: Path) -> None:
@@ -34,7 +34,7 @@ def test_reads_the_three_formats(tmp_path: Path) -> None:
     ("", EmptyPromptFile, "holds no prompts"),
     ("\n\n", EmptyPromptFile, "holds no prompts"),
     ('{"prompt": "ok"}\n{not json}\n', PromptsError, ":2: not valid JSON"),
-    ('{"text": "no prompt field"}\n', PromptsError, "expected a non-empty 'prompt'"),
+    ('{"answer": "no prompt field"}\n', PromptsError, "no 'prompt', 'turns', 'text' or 'messages' field"),
     ('{"messages": [{"role": "assistant", "content": "hi"}]}\n', PromptsError, "must end with a non-empty user turn"),
 ])
 def test_bad_files_give_clear_errors(tmp_path: Path, content: str, error: type, needle: str) -> None:
@@ -87,16 +87,6 @@ def test_domain_filter_uses_labels_and_detection(shared_data: Path, tmp_path: Pa
         build_prompts(tmp_path / "none", "de", PromptsConfig(files=[src], domain="medical"), seed=0)
 
 
-@pytest.mark.parametrize("text, domain", [
-    ("```python\ndef add(a, b):\n    return a + b\n```", "code"),
-    ("Fix this:\nint main() {\n  printf(\"hi\");\n  return 0;\n}", "code"),
-    ("class Stack:\n    def push(self, x):\n        self.items.append(x)", "code"),
-    ("Wie viel ist 12 * 7 + 3?", "math"),
-    ("Schreibe ein Gedicht über den Herbst; es soll fröhlich sein.", "general"),
-    ("Return the book to the library, please.", "general"),
-])
-def test_detect_domain(text: str, domain: str) -> None:
-    assert detect_domain(text) == domain
 
 
 def test_replay_mixes_other_language_prompts(fr_prompts: Path, en_prompts: Path, tmp_path: Path) -> None:
@@ -119,3 +109,22 @@ def test_multilingual_domain_run_keeps_every_language(shared_data: Path, tmp_pat
                                                                  min_heldout=0), seed=0)
     kept = read_jsonl(tmp_path / "out" / "train.jsonl")
     assert len(kept) == 8 and {r["lang"] for r in kept} == {"de", "fr"} and stats["kept"] == 8
+
+
+def test_training_reads_every_file_add_language_reads(tmp_path: Path) -> None:
+    """The bug this guards: `registry add-language X --prompts F` accepted `turns`/`text`/plain-line files
+    that `train` then refused. Both now go through polyspec.core.prompts."""
+    from polyspec.registry.languages import read_prompts
+
+    files = {
+        "turns.jsonl": '{"turns": ["Quelle heure est-il ?", "Et demain ?"]}\n',
+        "text.jsonl": '{"text": "Écris un poème sur la mer."}\n',
+        "plain.txt": "Bonjour tout le monde.\nComment vas-tu ?\n",
+    }
+    for name, content in files.items():
+        path = tmp_path / name
+        path.write_text(content, encoding="utf-8")
+        texts = read_prompts(path)  # what add-language profiles
+        recs = read_prompt_file(path)  # what training's first stage reads
+        assert texts and recs and all(r["messages"][-1]["role"] == "user" for r in recs)
+        assert {t for r in recs for t in r["text"].split("\n\n")} == set(texts)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from training.config import RunConfig
-from training.errors import RunConfigMismatch, RunExists, RunNotFound, StageCorrupt, StageMissing
-from training.runs import MARKER, Run, run_stage
+from polyspec.training.config import RunConfig
+from polyspec.training.errors import RunConfigMismatch, RunExists, RunNotFound, StageCorrupt, StageMissing
+from polyspec.training.runs import MARKER, Run, run_stage
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -131,7 +131,7 @@ def test_cli_errors_are_one_line(tmp_path: Path, fr_prompts: Path, verifier) -> 
 
 
 def test_reuse_stages_shares_data_between_a_finetune_and_a_from_scratch_run(tmp_path: Path) -> None:
-    from training.runs import reuse_stages
+    from polyspec.training.runs import reuse_stages
 
     src = tmp_path / "prompts.jsonl"
     src.write_text('{"prompt": "Bonjour"}\n')

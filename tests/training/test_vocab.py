@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from training.config import RunConfig
-from training.errors import ParentDraftError
-from training.vocab import build_vocab, count_tokens, coverage, rank_with_topup
+from polyspec.training.config import RunConfig
+from polyspec.training.errors import ParentDraftError
+from polyspec.training.vocab import build_vocab, count_tokens, coverage, rank_with_topup
 
 
 def test_count_tokens_only_counts_assistant_tokens() -> None:
@@ -45,7 +45,7 @@ def _answers_from_prompts(prompts: Path, verifier_path: Path, out: Path) -> Path
 def _lm_head_matches_verifier(draft_dir: Path, verifier_path: Path) -> tuple[torch.Tensor, bool]:
     from safetensors.torch import load_file
 
-    from models.draft_build import verifier_lm_head_weight
+    from polyspec.models.draft_build import verifier_lm_head_weight
 
     weights = load_file(str(draft_dir / "model.safetensors"))
     t2d = weights["t2d"].bool()
@@ -55,7 +55,7 @@ def _lm_head_matches_verifier(draft_dir: Path, verifier_path: Path) -> tuple[tor
 
 def test_finetune_with_data_vocab_reslices_lm_head(verifier, base_draft_dir: Path, fr_prompts: Path,
                                                   tmp_path: Path) -> None:
-    from models.drafts import load_t2d
+    from polyspec.models.drafts import load_t2d
 
     answers = _answers_from_prompts(fr_prompts, verifier.path, tmp_path / "answers.jsonl")
     cfg = RunConfig(run_id="v", language="fr", mode="finetune", parent_draft=str(base_draft_dir),
@@ -77,7 +77,7 @@ def test_finetune_with_data_vocab_reslices_lm_head(verifier, base_draft_dir: Pat
 
 def test_custom_vocab_tops_up_and_finetune_keeps_parent_vocab(verifier, base_draft_dir: Path, fr_prompts: Path,
                                                               tmp_path: Path) -> None:
-    from models.drafts import draft_token_ids
+    from polyspec.models.drafts import draft_token_ids
 
     answers = _answers_from_prompts(fr_prompts, verifier.path, tmp_path / "answers.jsonl")
     seen = {t for r in map(json.loads, answers.read_text().splitlines()) for t in r["input_ids"][1:]}
@@ -113,8 +113,8 @@ def _tiny_verifier(verifier_path: Path, out: Path) -> Path:
 
 
 def test_parent_draft_of_another_verifier_is_refused(verifier, tmp_path: Path, fr_prompts: Path) -> None:
-    from models.draft_build import create_draft
-    from training.pipeline import make_context, start_run
+    from polyspec.models.draft_build import create_draft
+    from polyspec.training.pipeline import make_context, start_run
 
     other = _tiny_verifier(verifier.path, tmp_path / "tiny-verifier")
     foreign = create_draft(other, tmp_path / "foreign-draft", t2d_token_ids=list(range(512)), aux_layer_ids=[1, 3, 4])

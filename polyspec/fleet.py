@@ -1,13 +1,23 @@
 """`polyspec up`: one vLLM engine per active deployment (or per YAML entry), then the router in front.
 
-The plan comes from the registry's active deployments or from a fleet YAML file (router/yamlspec.py).
+The plan comes from the registry's active deployments or from a fleet YAML file (polyspec/fleet_config.py).
 Deployments with a URL are remote: registered, never launched. Launched engines get their URL written
 back to the registry so the router's table (and other routers sharing the registry) see them; the
 previous URL is restored when the fleet stops. Ctrl-C (SIGINT) or SIGTERM stops the router, then
 every engine's process group.
+
+Every launched engine gets ``dtype: auto`` unless its deployment or YAML entry says otherwise
+(polyspec.core.hostcpu), and must pass the self-check (polyspec.core.selfcheck) before it is published.
+A failed self-check fails the whole start loudly (FleetError naming the engine and the likely cause; every
+engine is stopped) rather than serving without that engine: the usual cause, a dtype this host computes
+wrongly, affects every engine alike, and a fleet silently missing a language would hide it. The verifier's
+reference is computed by ``python -m polyspec.models.selfcheck`` in a child process (while the engines
+load), so the router never imports torch; it is cached under $POLYSPEC_HOME/selfcheck/.
 """
 
 from __future__ import annotations
+
+from polyspec.core.errors import PolyspecError
 
 import logging
 import signal
@@ -17,7 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from router.yamlspec import FleetConfig
+from polyspec.core.hostcpu import choose_dtype
+from polyspec.core.selfcheck import SelfCheckFailed
+from polyspec.fleet_reference import ReferenceJob, ReferenceUnavailable
+from polyspec.fleet_config import FleetConfig
 
 log = logging.getLogger("polyspec.fleet")
 
@@ -27,7 +40,7 @@ LAUNCH_KEYS = ("k", "max_model_len", "kv_cache_gib", "dtype", "cpu_bind", "threa
                "extra_args", "env")
 
 
-class FleetError(RuntimeError):
+class FleetError(PolyspecError):
     """The fleet cannot be planned or an engine failed to start."""
 
 
@@ -102,7 +115,7 @@ def plan_from_config(cfg: FleetConfig, verifier_location: str, host: str = "127.
                 "verifier": verifier_location,
                 "draft": str(Path(entry.draft).expanduser().resolve()) if entry.draft else None,
                 "k": entry.k, "host": host, "port": entry.port or _free_port(taken, DEFAULT_BASE_PORT),
-                "max_model_len": entry.max_model_len, "kv_cache_gib": entry.kv_cache_gib,
+                "max_model_len": entry.max_model_len, "kv_cache_gib": entry.kv_cache_gib, "dtype": entry.dtype,
                 "cpu_bind": entry.cpu_bind, "threads": entry.threads, "extra_args": list(entry.extra_args),
             }
         members.append(Member(
@@ -129,13 +142,13 @@ class StaticSource:
         ]
 
     def live_stats(self) -> list[Any]:
-        from router.table import to_live_row
+        from polyspec.router.table import to_live_row
 
         return [to_live_row(r) for r in self.registry.live_stats()] if self.registry is not None else []
 
     def record_live_stats(self, router_id: str, rows: Sequence[Any]) -> None:
         if self.registry is not None:
-            from router.table import live_row_dict
+            from polyspec.router.table import live_row_dict
 
             self.registry.record_live_stats(router_id, [live_row_dict(r) for r in rows])
 
@@ -147,7 +160,7 @@ def set_deployment_url(registry: Any, name: str, url: str | None, *, launched: b
     for a remote engine next time."""
     from sqlalchemy import select
 
-    from registry.schema import Deployment
+    from polyspec.registry.schema import Deployment
 
     with registry.session(write=True) as s:
         row = s.scalars(select(Deployment).where(Deployment.name == name)).first()
@@ -174,12 +187,13 @@ def share_cpus(launch: dict[str, Any], engines: int) -> dict[str, Any]:
 
 
 class Fleet:
-    """Starts the launched members' engines, publishes their URLs, and stops everything on exit."""
+    """Starts the launched members' engines, self-checks them, publishes their URLs, and stops everything on exit."""
 
-    def __init__(self, members: Sequence[Member], logs_dir: Path, registry: Any = None) -> None:
+    def __init__(self, members: Sequence[Member], logs_dir: Path, registry: Any = None, self_check: bool = True) -> None:
         self.members = list(members)
         self.logs_dir = Path(logs_dir)
         self.registry = registry
+        self.self_check = self_check
         self.engines: dict[str, Any] = {}
         self._restore: dict[str, str | None] = {}
 
@@ -187,8 +201,9 @@ class Fleet:
         return self.logs_dir / f"{member.name}.log"
 
     def start(self, timeout: float = 900.0, progress: bool = True) -> None:
-        """Launch every local engine at once (their startups overlap), then wait for each /health."""
-        from models.vllm_engine import EngineSpec, VllmEngine
+        """Launch every local engine at once (their startups overlap), wait for each /health, self-check
+        each one (FleetError on a failure), and only then give them URLs and publish them."""
+        from polyspec.models.vllm_engine import EngineSpec, VllmEngine
 
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         local = [m for m in self.members if not m.remote]
@@ -196,15 +211,37 @@ class Fleet:
             spec = EngineSpec(**share_cpus(m.launch, len(local)))
             engine = VllmEngine(spec, self.log_path(m))
             self.engines[m.name] = engine
-            log.info("starting engine %s on port %s (log: %s)", m.name, spec.port, self.log_path(m))
+            choice = spec.dtype_choice()
+            log.info("starting engine %s on port %s, dtype %s (%s; log: %s)", m.name, spec.port, choice.dtype,
+                     choice.reason, self.log_path(m))
             engine.start()
-        for m in local:
-            try:
-                self.engines[m.name].wait_ready(timeout=timeout, progress=progress)
-            except Exception as exc:
-                raise FleetError(f"engine {m.name} did not become ready: {exc} (log: {self.log_path(m)})") from exc
-            m.url = self.engines[m.name].url.rstrip("/")
+        jobs: dict[str, ReferenceJob] = {}
+        if self.self_check:
+            for verifier in dict.fromkeys(str(m.launch["verifier"]) for m in local):
+                jobs[verifier] = ReferenceJob(verifier, self.logs_dir / "selfcheck-reference.log")
+        try:
+            for m in local:
+                try:
+                    self.engines[m.name].wait_ready(timeout=timeout, progress=progress)
+                except Exception as exc:
+                    raise FleetError(f"engine {m.name} did not become ready: {exc} (log: {self.log_path(m)})") from exc
+            for m in local:
+                if self.self_check:
+                    self._check(m, jobs[str(m.launch["verifier"])], timeout)
+                m.url = self.engines[m.name].url.rstrip("/")
+        finally:
+            for job in jobs.values():
+                job.cancel()
         self.publish()
+
+    def _check(self, member: Member, job: ReferenceJob, timeout: float) -> None:
+        try:
+            report = self.engines[member.name].self_check(job.result(timeout))
+        except ReferenceUnavailable as exc:
+            raise FleetError(f"engine {member.name} cannot be self-checked: {exc}") from exc
+        except SelfCheckFailed as exc:
+            raise FleetError(f"engine {member.name} is not served: {exc} (log: {self.log_path(member)})") from exc
+        log.info("engine %s self-check: %s", member.name, report.summary())
 
     def publish(self) -> None:
         if self.registry is None:
@@ -263,10 +300,10 @@ class UpPlan:
 def plan_up(config_path: Path | None, *, host: str | None, port: int | None, registry_url: str | None,
             base_port: int = DEFAULT_BASE_PORT) -> UpPlan:
     """What `polyspec up` will run: from the YAML file when given, else the registry's active deployments."""
-    from registry import open_registry
+    from polyspec.registry import open_registry
 
     if config_path is not None:
-        from router.yamlspec import load_fleet_config
+        from polyspec.fleet_config import load_fleet_config
 
         cfg = load_fleet_config(config_path)
         router_host, router_port = host or cfg.router.host, port or cfg.router.port
@@ -287,8 +324,8 @@ def plan_up(config_path: Path | None, *, host: str | None, port: int | None, reg
 
 
 def _verifier_location(spec: str | None) -> str:
-    from models.verifiers import VerifierError, resolve_verifier
-    from polyspec.settings import get_settings
+    from polyspec.models.verifiers import VerifierError, resolve_verifier
+    from polyspec.core.settings import get_settings
 
     try:
         return str(resolve_verifier(spec or get_settings().default_verifier).path)
@@ -300,25 +337,37 @@ def describe(members: Sequence[Member]) -> Any:
     from rich.table import Table
 
     table = Table(title="polyspec fleet")
-    for col in ("backend", "languages", "domain", "draft", "where"):
+    for col in ("backend", "languages", "domain", "draft", "where", "dtype"):
         table.add_column(col)
     for m in members:
         where = m.url if m.remote else f"launch on :{m.launch['port']}"
         name = m.name + (" (default)" if m.is_default else "")
-        table.add_row(name, ", ".join(m.languages) or "-", m.domain, m.draft or "none", where)
+        dtype = "-" if m.remote else _dtype_label(m.launch.get("dtype") or "auto")
+        table.add_row(name, ", ".join(m.languages) or "-", m.domain, m.draft or "none", where, dtype)
     return table
 
 
+def _dtype_label(requested: str) -> str:
+    """What the engine will run at, with the reason when ``auto`` decided (shown before the engines start)."""
+    try:
+        choice = choose_dtype(requested)
+    except ValueError as exc:
+        raise FleetError(str(exc)) from None
+    return choice.dtype if choice.requested != "auto" else f"{choice.dtype} ({choice.reason})"
+
+
 def run_up(plan: UpPlan, *, logs_dir: Path, ready_timeout: float = 900.0, log_level: str = "warning",
-           router_id: str | None = None, on_ready: Any = None) -> None:
-    """Start engines, then the router; return after Ctrl-C/SIGTERM with everything stopped.
+           router_id: str | None = None, on_ready: Any = None, self_check: bool = True) -> None:
+    """Start engines (self-checked unless ``self_check`` is False), then the router; return after
+    Ctrl-C/SIGTERM with everything stopped.
 
     A KeyboardInterrupt escapes only when the stop came while engines were still starting."""
     from rich.console import Console
 
     console = Console(stderr=True)
     console.print(describe(plan.members))
-    fleet = Fleet(plan.members, logs_dir, registry=plan.registry if plan.source is None else None)
+    fleet = Fleet(plan.members, logs_dir, registry=plan.registry if plan.source is None else None,
+                  self_check=self_check)
     # SIGTERM = Ctrl-C for the whole run, so `kill PID` stops the engines too.
     with sigterm_as_interrupt():
         try:
@@ -335,8 +384,8 @@ def run_up(plan: UpPlan, *, logs_dir: Path, ready_timeout: float = 900.0, log_le
 def _serve(plan: UpPlan, console: Any, log_level: str, router_id: str | None, on_ready: Any) -> None:
     import uvicorn
 
-    from router.app import create_app
-    from router.config import RouterConfig
+    from polyspec.router.app import create_app
+    from polyspec.router.config import RouterConfig
 
     overrides = {"router_id": router_id} if router_id else {}
     config = RouterConfig(host=plan.router_host, port=plan.router_port,

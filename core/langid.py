@@ -13,7 +13,9 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-UNDETERMINED = "und"
+from polyspec.core.languages import UNDETERMINED  # re-exported: callers import it from here
+
+
 _ALL_LABELS = 176  # lid.176 knows 176 languages; asking for all gives scores for any restrict set
 _FIRST_K = 16  # enough to hold a served language for nearly every prompt; asking for fewer is cheaper
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from models.langid import LangGuess, clean_for_langid, detect, detect_many
+from polyspec.core.langid import LangGuess, clean_for_langid, detect, detect_many
 
 SENTENCES = {
     "fr": "Pouvez-vous m'expliquer comment fonctionne la photosynthèse chez les plantes vertes ?",
@@ -28,7 +28,7 @@ def test_mtbench_first_turns(shared_data) -> None:
 
     hits = total = 0
     for lang in ("en", "fr", "ru", "ja", "zh"):
-        rows = [json.loads(l) for l in (shared_data / "eval" / "mtbench" / f"{lang}.jsonl").read_text().splitlines()]
+        rows = [json.loads(line) for line in (shared_data / "eval" / "mtbench" / f"{lang}.jsonl").read_text().splitlines()]
         guesses = detect_many([r["turns"][0] for r in rows[:20]])
         hits += sum(g.language == lang for g in guesses)
         total += len(guesses)
@@ -78,5 +78,5 @@ def test_clean_truncates_at_word_boundary() -> None:
 
 
 def test_langid_does_not_import_torch() -> None:
-    code = "import sys, models.langid as l; l.detect('bonjour tout le monde'); assert 'torch' not in sys.modules"
+    code = "import sys, polyspec.core.langid as l; l.detect('bonjour tout le monde'); assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -10,6 +10,7 @@ Example::
         languages: [en]
         port: 8101
         default: true
+        dtype: auto                      # the default; bfloat16/float32 force one
       - name: fr-general
         url: http://10.0.0.7:8000        # remote engine: registered, not launched
         draft: fr-draft                  # informational for remote engines
@@ -20,13 +21,17 @@ The models are pydantic, so a bad file fails with one message that names the fie
 
 from __future__ import annotations
 
+from polyspec.core.errors import InvalidInput
+
 from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from polyspec.core.hostcpu import normalize_dtype
 
-class FleetConfigError(ValueError):
+
+class FleetConfigError(InvalidInput):
     """The fleet YAML file is missing, unreadable or does not validate."""
 
 
@@ -52,6 +57,8 @@ class EngineEntry(BaseModel):
     k: int = Field(default=3, ge=1, le=16)
     max_model_len: int = Field(default=2048, ge=128)
     kv_cache_gib: int = Field(default=2, ge=1)
+    dtype: str = Field(default="auto", description="'auto' (bf16 only with native CPU bf16 or on a GPU, else "
+                       "float32; polyspec.core.hostcpu) or an explicit vLLM dtype, which wins.")
     cpu_bind: str | None = Field(default=None, description="VLLM_CPU_OMP_THREADS_BIND; see models.vllm_engine.")
     threads: int | None = Field(default=None, ge=1)
     extra_args: list[str] = Field(default_factory=list)
@@ -60,6 +67,11 @@ class EngineEntry(BaseModel):
     @classmethod
     def _lower(cls, value: list[str]) -> list[str]:
         return [code.strip().lower() for code in value if code.strip()]
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, value: str) -> str:
+        return normalize_dtype(value)
 
     @field_validator("url")
     @classmethod

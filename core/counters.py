@@ -1,0 +1,89 @@
+"""The one shape of speculative-decoding counters: additive, so live rows, engine scrapes, registry rows
+and demo tallies add and subtract the same way, and every figure derives from them through
+:mod:`polyspec.core.acceptance`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from polyspec.core.acceptance import mean_acceptance_length, positions_from_counts
+
+
+def _pad(values: Sequence[int], width: int) -> list[int]:
+    return list(values) + [0] * (width - len(values))
+
+
+@dataclass(frozen=True, slots=True)
+class SpecCounts:
+    """Counts over some requests. ``accepted_per_pos[i]``: verify steps that accepted position i+1."""
+
+    requests: int = 0
+    completion_tokens: int = 0
+    num_spec_steps: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    accepted_per_pos: tuple[int, ...] = ()
+
+    def __add__(self, other: SpecCounts) -> SpecCounts:
+        return self._combine(other, 1)
+
+    def __sub__(self, other: SpecCounts) -> SpecCounts:
+        return self._combine(other, -1)
+
+    def _combine(self, other: SpecCounts, sign: int) -> SpecCounts:
+        width = max(len(self.accepted_per_pos), len(other.accepted_per_pos))
+        per_pos = tuple(a + sign * b for a, b in zip(_pad(self.accepted_per_pos, width),
+                                                     _pad(other.accepted_per_pos, width), strict=True))
+        return SpecCounts(
+            self.requests + sign * other.requests,
+            self.completion_tokens + sign * other.completion_tokens,
+            self.num_spec_steps + sign * other.num_spec_steps,
+            self.num_draft_tokens + sign * other.num_draft_tokens,
+            self.num_accepted_tokens + sign * other.num_accepted_tokens,
+            per_pos,
+        )
+
+    @property
+    def acceptance(self) -> list[float]:
+        """P(>= i drafts accepted) for i = 1..k; all 0.0 (and ``mean_acceptance_length`` None) without steps."""
+        return positions_from_counts(self.accepted_per_pos, self.num_spec_steps)
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        return mean_acceptance_length(self.num_accepted_tokens, self.num_spec_steps)
+
+    @classmethod
+    def from_vllm_metrics(cls, spec: Mapping[str, Any] | None, completion_tokens: int = 0) -> SpecCounts:
+        """One request's ``metrics.speculative_decoding`` object (``--per-request-spec-decode-metrics``).
+
+        Missing or malformed fields count as zero: an engine's report must never break accounting.
+        """
+        spec = spec if isinstance(spec, Mapping) else {}
+        hist = spec.get("acceptance_histogram")
+        if not (isinstance(hist, list) and all(isinstance(h, int) and not isinstance(h, bool) and h >= 0
+                                               for h in hist)):
+            hist = []
+
+        def num(name: str, default: int) -> int:
+            value = spec.get(name)
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 2**53
+            return int(value) if ok else default
+
+        return cls(
+            requests=1,
+            completion_tokens=max(0, int(completion_tokens)),
+            num_spec_steps=num("num_spec_steps", sum(hist)),
+            num_draft_tokens=num("num_draft_tokens", 0),
+            num_accepted_tokens=num("num_accepted_draft_tokens", sum(j * c for j, c in enumerate(hist))),
+            accepted_per_pos=tuple(sum(hist[i:]) for i in range(1, len(hist))),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["accepted_per_pos"] = list(self.accepted_per_pos)
+        out["acceptance"] = self.acceptance
+        out["mean_acceptance_length"] = self.mean_acceptance_length
+        return out

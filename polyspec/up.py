@@ -1,0 +1,39 @@
+"""`polyspec up`: start one vLLM engine per active deployment (or per fleet YAML entry), then the router.
+
+It lives in the application layer because it joins both sides: engines (polyspec.models) and the router
+(polyspec.router), which must never import the models layer itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from polyspec.core.settings import get_settings
+
+
+def up(
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Fleet YAML (verifier, engines, router); "
+                                          "default: the registry's active deployments.", dir_okay=False),
+    host: Optional[str] = typer.Option(None, help="Router listen address (default 127.0.0.1 or the YAML's)."),
+    port: Optional[int] = typer.Option(None, help="Router port (default 8000 or the YAML's)."),
+    registry: Optional[str] = typer.Option(None, "--registry", help="Registry URL (default: POLYSPEC_REGISTRY_URL)."),
+    base_port: int = typer.Option(8101, help="First port for launched engines without one."),
+    ready_timeout: float = typer.Option(900.0, help="Seconds to wait for each engine's health."),
+    log_level: str = typer.Option("warning", help="uvicorn log level."),
+) -> None:
+    """Start one vLLM engine per active deployment (or per --config entry), then the router. Ctrl-C stops all."""
+    from polyspec.fleet import plan_up, run_up
+
+    try:
+        plan = plan_up(config, host=host, port=port, registry_url=registry, base_port=base_port)
+        run_up(plan, logs_dir=get_settings().home / "logs", ready_timeout=ready_timeout, log_level=log_level)
+    except KeyboardInterrupt:
+        typer.echo("interrupted; fleet stopped", err=True)
+        raise typer.Exit(130) from None
+
+
+def register(root: typer.Typer) -> None:
+    root.command("up")(up)

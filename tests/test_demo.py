@@ -33,8 +33,9 @@ def test_lang_stats_follow_vllm_definitions():
     s.add({"acceptance_histogram": [2, 3, 3, 2]}, 40)  # 10 steps: >=1: 8, >=2: 5, >=3: 2; accepted 15
     s.add({"acceptance_histogram": [5, 3, 1, 1]}, 20)  # 10 steps: >=1: 5, >=2: 2, >=3: 1; accepted 8
     s.add(None, 7)  # a response without speculative figures still counts as a request
-    assert (s.requests, s.completion_tokens, s.steps, s.accepted) == (3, 67, 20, 23)
-    assert s.per_pos == [13, 7, 3]
+    c = s.counts
+    assert (c.requests, c.completion_tokens, c.num_spec_steps, c.num_accepted_tokens) == (3, 67, 20, 23)
+    assert c.accepted_per_pos == (13, 7, 3)
     assert s.mal == pytest.approx(1 + 23 / 20)
 
 

@@ -25,6 +25,7 @@ import pytest
 from polyspec.models.acceptance import AcceptanceResult
 from polyspec.models.shipped import shipped_for_language
 from polyspec.training.evaluate import evaluate_offline, evaluate_vllm
+from polyspec.core.hostcpu import choose_dtype  # the offline side computes at the engines' dtype
 
 K = 3
 N_PROMPTS = 4
@@ -74,7 +75,7 @@ def results(verifier, drafts, tmp_path_factory) -> tuple[AcceptanceResult, Accep
     vllm = evaluate_vllm(ru.path, verifier.path, ["ru"], k=K, limit=N_PROMPTS, max_new_tokens=MAX_TOKENS, log_path=log)
     offline = evaluate_offline(
         ru.path, verifier.path, ["ru"], k=K, limit=N_PROMPTS, max_new_tokens=MAX_TOKENS, device="cpu",
-        dtype="bfloat16", progress=False,
+        dtype=choose_dtype().dtype, progress=False,
     )
     return offline["ru"], vllm["ru"]
 

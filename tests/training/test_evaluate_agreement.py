@@ -12,6 +12,7 @@ import pytest
 from polyspec.models.acceptance import AcceptanceResult
 from polyspec.models.shipped import shipped_for_language
 from polyspec.training.evaluate import evaluate_offline, evaluate_vllm, evaluation_rows, load_mtbench
+from polyspec.core.hostcpu import choose_dtype  # the offline side computes at the engines' dtype
 
 N_PROMPTS = 12
 MAX_TOKENS = 64
@@ -27,7 +28,7 @@ def results(verifier, tmp_path_factory) -> tuple[AcceptanceResult, AcceptanceRes
     log = tmp_path_factory.mktemp("vllm") / "engine.log"
     vllm = evaluate_vllm(draft, verifier.path, ["en"], limit=N_PROMPTS, max_new_tokens=MAX_TOKENS, log_path=log)
     offline = evaluate_offline(
-        draft, verifier.path, ["en"], limit=N_PROMPTS, max_new_tokens=MAX_TOKENS, device="cpu", dtype="bfloat16",
+        draft, verifier.path, ["en"], limit=N_PROMPTS, max_new_tokens=MAX_TOKENS, device="cpu", dtype=choose_dtype().dtype,
         progress=False,
     )
     return offline["en"], vllm["en"]

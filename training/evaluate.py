@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from polyspec.models.acceptance import AcceptanceResult, PromptAcceptance
+from polyspec.core.settings import get_settings
 from polyspec.training.benchmarks import (  # noqa: F401 - load_mtbench and friends are this module's API too
     BenchPrompt, UnknownBenchmarkLanguage, load_benchmark, load_mtbench, mtbench_languages,
 )
@@ -158,7 +159,9 @@ def _score_one_engine(draft: DraftChoice, verifier: Any, items: Sequence[BenchPr
 
     engine = None
     if options.engine_url is None:
-        log = draft.path.parent / f".{draft.path.name}.vllm.log"
+        # Under POLYSPEC_HOME, never beside the draft: that may be the checkout (models/drafts) or read-only.
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in draft.name)[:100]
+        log = get_settings().home / "logs" / f"eval-{safe}.vllm.log"
         engine = VllmEngine(EngineSpec(verifier=Path(verifier.path), draft=draft.path, k=options.k), log)
         engine.start()
     try:
@@ -217,7 +220,7 @@ def evaluate_vllm(
     start_timeout: float = 900,
 ) -> dict[str, AcceptanceResult]:
     """The same conversations through a vLLM engine serving the draft (started here unless ``engine_url``)."""
-    del log_path, start_timeout  # the engine logs beside the draft and waits up to 900 s (_score_one_engine)
+    del log_path, start_timeout  # the engine logs under POLYSPEC_HOME/logs and waits up to 900 s (_score_one_engine)
     prompts = load_mtbench(languages, turns=turns, categories=categories, limit=limit)
     options = EvalOptions(k=k, max_new_tokens=max_new_tokens, engine_url=engine_url, concurrency=concurrency,
                           method="vllm")

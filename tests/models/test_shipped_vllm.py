@@ -130,3 +130,10 @@ def test_vllm_agrees_with_offline_on_the_same_prompts(results):
     # Identical texts: the chains scored the same drafts, up to a step where the draft's own logits near-tie.
     equal = sum(a.histogram == b.histogram for a, b in same)
     assert equal >= len(same) / 2, [(a.histogram, b.histogram) for a, b in same]
+
+
+@pytest.mark.integration
+def test_evaluation_writes_nothing_into_the_checkout(results, drafts):
+    """The engine's log goes under POLYSPEC_HOME/logs: the shipped drafts' folder is the checkout (or read-only)."""
+    ru, _ = drafts
+    assert not list(ru.path.parent.glob("*.log")) and not list(ru.path.parent.glob(".*.log"))

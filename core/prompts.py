@@ -34,6 +34,10 @@ class PromptsNotFound(PromptsError, NotFoundError):
     exit_code = NotFoundError.exit_code
 
 
+class NoPrompts(PromptsError):
+    """A prompts file that holds nothing but blank lines."""
+
+
 @dataclass(frozen=True)
 class PromptRecord:
     """One prompt: ``turns`` are the user turns in order; ``messages`` the conversation up to turn 1."""
@@ -137,7 +141,7 @@ def read_prompt_records(path: str | Path) -> list[PromptRecord]:
     lines = text.split("\n")  # not splitlines(): JSON strings may hold U+2028 and friends
     numbered = [(i, ln) for i, ln in enumerate(lines, 1) if ln.strip()]
     if not numbered:
-        raise PromptsError(f"no prompts in {p} (expected JSONL with prompt/turns/text/messages, or one per line)")
+        raise NoPrompts(f"no prompts in {p} (expected JSONL with prompt/turns/text/messages, or one per line)")
     records: list[PromptRecord] = []
     as_json = _is_json_object(numbered[0][1])
     for lineno, line in numbered:

@@ -20,7 +20,7 @@ from typing import Any
 
 from polyspec.training.config import PromptsConfig, ReplaySpec
 from polyspec.core.domains import detect_domain
-from polyspec.core.prompts import PromptsError, read_prompt_records
+from polyspec.core.prompts import NoPrompts, PromptsError, read_prompt_records
 from polyspec.training.errors import EmptyPromptFile, NoPromptsForLanguage
 from polyspec.core.atomic import atomic_write_json, atomic_write_text
 from polyspec.training.runs import console
@@ -44,10 +44,8 @@ def read_prompt_file(path: Path) -> list[dict[str, Any]]:
     path = Path(path)
     try:
         records = read_prompt_records(path)
-    except PromptsError as exc:
-        if "no prompts in" in str(exc):
-            raise EmptyPromptFile(f"prompt file {path} holds no prompts") from None
-        raise
+    except NoPrompts:
+        raise EmptyPromptFile(f"prompt file {path} holds no prompts") from None
     return [{
         "id": rec.id,
         "messages": [dict(m) for m in rec.messages],

@@ -3,6 +3,7 @@
     .venv/bin/python bench/report.py router_overhead.json
     .venv/bin/python bench/report.py load.json
     .venv/bin/python bench/report.py e2e_speedup.json
+    .venv/bin/python bench/report.py hostile.json
 """
 
 from __future__ import annotations
@@ -82,10 +83,25 @@ def e2e_md(d: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def hostile_md(d: dict[str, Any]) -> str:
+    lines = ["| shape | size | median ms | max ms | ms per MB |", "|---|---:|---:|---:|---:|"]
+    lines += [f"| {r['shape']} | {r['size']} | {r['median_ms']:.2f} | {r['max_ms']:.2f} | {r['ms_per_mb']:.2f} |"
+              for r in d["prerouting"]]
+    h = d["health"]
+    lines += ["", f"/health latency, {h['rounds']} alternating rounds of {h['seconds_per_phase']:g} s:", "",
+              "| phase | p50 ms | p95 ms | p99 ms | max ms | samples |", "|---|---:|---:|---:|---:|---:|"]
+    lines += [f"| {name} | {st['p50']:.2f} | {st['p95']:.2f} | {st['p99']:.2f} | {st['max']:.2f} | {st['samples']} |"
+              for name, st in h["ms"].items()]
+    r = h["attack_over_idle_p99"]
+    lines += ["", f"p99 under attack / idle: {r['mean']:.2f} (95% bootstrap interval over rounds "
+              f"{r['ci95'][0]:.2f}–{r['ci95'][1]:.2f}; {'above' if r['ci95'][0] > 1 else 'crosses'} 1.0)."]
+    return "\n".join(lines)
+
+
 def main() -> None:
     name = sys.argv[1]
     d = json.loads((OUT / name).read_text())
-    print({"router_overhead": overhead_md, "load": load_md, "e2e_speedup": e2e_md}[d["benchmark"]](d))
+    print({"router_overhead": overhead_md, "load": load_md, "e2e_speedup": e2e_md, "hostile": hostile_md}[d["benchmark"]](d))
 
 
 if __name__ == "__main__":

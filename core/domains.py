@@ -13,8 +13,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from polyspec.core.text import WINDOW, head_and_tail
+
 DOMAINS = ("general", "code", "math")
-WINDOW = 4000  # characters read from each end of the text
 
 _FENCE = "```"
 # (substrings one of which any match contains, pattern). The substring scan runs at C speed and lets
@@ -43,10 +44,8 @@ _MATH = re.compile(
 
 
 def window(text: str, size: int = WINDOW) -> str:
-    """The part of ``text`` that classification reads: its head and its tail."""
-    if len(text) <= 2 * size:
-        return text
-    return text[:size] + "\n" + text[-size:]
+    """The part of ``text`` that domain detection reads: its head and its tail (`core.text`)."""
+    return head_and_tail(text, size)
 
 
 def code_signals(text: str) -> int:

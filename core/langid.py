@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from polyspec.core.languages import UNDETERMINED  # re-exported: callers import it from here
+from polyspec.core.text import WINDOW, head_and_tail
 
 
 _ALL_LABELS = 176  # lid.176 knows 176 languages; asking for all gives scores for any restrict set
@@ -44,7 +45,9 @@ def _get_detector() -> Any:
 _FENCED = re.compile(r"(^|\n)[ \t]*(```|~~~)[^\n]*\n.*?(\n[ \t]*\2[^\n]*(?=\n|$)|$)", re.DOTALL)
 _INLINE_CODE = re.compile(r"`[^`\n]*`")
 _URL = re.compile(r"(?:https?|ftp)://\S+|www\.\S+", re.IGNORECASE)
-_EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+\.[\w.-]+\b")
+# Bounded repeats (RFC 5321's 64-character local part and 63-character labels): with unbounded ones a
+# text of "a.a.a.…" and one '@' made every start position scan to the end (quadratic: 3 s for 40 kB).
+_EMAIL = re.compile(r"\b[\w.+-]{1,64}@[\w-]{1,63}\.[\w.-]{1,253}\b")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s")
 _SPACES = re.compile(r"\s+")
 
@@ -61,7 +64,12 @@ def _drop_indented_code(text: str) -> str:
 
 def clean_for_langid(text: str, max_chars: int = 500) -> str:
     """Text with fenced/indented code blocks, inline code, URLs and e-mails removed, whitespace collapsed,
-    truncated to ``max_chars`` (at a word boundary when one is near)."""
+    truncated to ``max_chars`` (at a word boundary when one is near).
+
+    Only the head and tail of a long text are read (`core.text.head_and_tail`, at least 8 × ``max_chars``
+    from each end), so the cost is bounded whatever the client sent; every pattern below is linear.
+    """
+    text = head_and_tail(text, max(WINDOW, 8 * max_chars))
     # Each substitution runs only when the text holds what every match must contain: most prompts have no
     # code, URL or e-mail, and a substring test costs a fraction of a regex scan. Results are unchanged.
     if "```" in text or "~~~" in text:

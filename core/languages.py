@@ -73,6 +73,18 @@ def normalize_language(code: str) -> str:
     return resolve_language(code).code
 
 
+def lookup_language(code: str) -> str | None:
+    """The normalised code of an ISO 639 code or a BCP 47 tag (``"FRA"``, ``"pt-BR"``, ``"en_US"`` -> ``"fr"``,
+    ``"pt"``, ``"en"``), or None. A dictionary lookup and nothing else: the router calls it on client pins,
+    where `resolve_language`'s suggestions (a fuzzy scan of every language name) would be a cost a client
+    could multiply at will."""
+    if not isinstance(code, str) or len(code) > 35:  # 35: the longest BCP 47 tag a client may send
+        return None
+    base = code.strip().replace("_", "-").split("-", 1)[0].lower()
+    found = _tables()[0].get(base) if 2 <= len(base) <= 3 else None
+    return found.code if found is not None else None
+
+
 def is_language(code: str) -> bool:
     try:
         resolve_language(code)

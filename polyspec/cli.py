@@ -29,6 +29,7 @@ SUB_APPS: dict[str, tuple[str, ...]] = {
     "polyspec.training.cli": ("train",),
     "polyspec.training.eval_cli": ("eval",),
     "polyspec.router.cli": ("serve", "langid"),
+    "polyspec.router.explain": ("route",),
     "polyspec.up": ("up",),
     "polyspec.demo": ("demo",),
     "polyspec.engines": ("engines",),

@@ -382,18 +382,15 @@ def run_up(plan: UpPlan, *, logs_dir: Path, ready_timeout: float = 900.0, log_le
 
 
 def _serve(plan: UpPlan, console: Any, log_level: str, router_id: str | None, on_ready: Any) -> None:
-    import uvicorn
-
     from polyspec.router.app import create_app
     from polyspec.router.config import RouterConfig
+    from polyspec.router.server import build_server
 
     overrides = {"router_id": router_id} if router_id else {}
     config = RouterConfig(host=plan.router_host, port=plan.router_port,
                           registry_url=plan.registry_url, **overrides)
     app = create_app(config, source=plan.source)
-    server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level=log_level,
-                                           timeout_graceful_shutdown=5, timeout_keep_alive=config.keep_alive_s,
-                                           access_log=False))  # as `polyspec serve`: see router.cli
+    server = build_server(app, config, log_level=log_level)  # as `polyspec serve`: drain, head limits
     base = f"http://{config.host}:{config.port}"
     console.print(f"[green]router ready[/] on {base}/v1  ·  dashboard {base}/admin  ·  Ctrl-C stops everything")
     if on_ready is not None:

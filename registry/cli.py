@@ -17,6 +17,24 @@ def register(root: typer.Typer) -> None:
     root.add_typer(app, name="registry")
 
 
+@app.command("init")
+def init(as_json: bool = JsonOpt) -> None:
+    """Create the registry (or migrate an existing one to the current schema) and say where it is.
+
+    The router and its dashboard never create a registry: a missing one is an error they report.
+    """
+    from polyspec.registry import db
+
+    reg = _reg()
+    with reg.engine.connect() as conn:
+        revision = db.current_revision(conn)
+    info = {"url": reg.engine.url.render_as_string(hide_password=True), "revision": revision,
+            "verifiers": len(reg.verifiers()), "drafts": len(reg.drafts())}
+    if as_json:
+        return _dump(info)
+    _kv("registry", info)
+
+
 @app.command("verifiers")
 def list_verifiers(as_json: bool = JsonOpt) -> None:
     """List registered verifiers."""

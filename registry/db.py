@@ -7,16 +7,19 @@ processes doing read-modify-write never deadlock on a lock upgrade; reads use a 
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
+from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.pool import StaticPool
 
-from polyspec.registry.errors import RegistryError
+from polyspec.registry.errors import RegistryError, RegistryMissing
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 BUSY_TIMEOUT_MS = 30_000
+CONNECT_TIMEOUT_S = 10
 _WRITE_OPTION = "polyspec_write"
 # Any fixed 64-bit key: Postgres serialises concurrent `open_registry` migrations on it.
 _PG_MIGRATION_LOCK = 7_316_204_915
@@ -26,17 +29,36 @@ def is_sqlite(url: str) -> bool:
     return make_url(url).get_backend_name() == "sqlite"
 
 
-def make_engine(url: str) -> Engine:
-    """An engine for ``url``; SQLite files get their parent directory created."""
+MISSING_HINT = "create it with `polyspec registry init` (or `polyspec up`), or point POLYSPEC_REGISTRY_URL at the right one"
+
+
+def make_engine(url: str, *, create: bool = True) -> Engine:
+    """An engine for ``url``; SQLite files get their parent directory created.
+
+    ``create=False`` (the router and its dashboard) opens an existing SQLite file only: a missing one raises
+    `RegistryMissing`, and the file is opened read-write without the create flag, so a file deleted later
+    is never silently re-created empty by a reconnect either.
+    """
     try:
         parsed = make_url(url)
     except Exception as exc:  # sqlalchemy raises ArgumentError; keep the message short
         raise RegistryError(f"invalid registry URL {url!r}: {exc}") from exc
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(parsed, pool_pre_ping=True)
+        # A bounded connect: a registry host that drops packets must not hold a router's worker thread (and
+        # its exit) for the kernel's TCP timeout; libpq's default is to wait forever.
+        args = {"connect_timeout": CONNECT_TIMEOUT_S} if parsed.get_backend_name() == "postgresql" else {}
+        return create_engine(parsed, pool_pre_ping=True, connect_args=args)
     database = parsed.database or ""
     if database in ("", ":memory:"):
         engine = create_engine(parsed, poolclass=StaticPool, connect_args={"check_same_thread": False})
+    elif not create and not parsed.query.get("uri"):
+        path = Path(database).expanduser()
+        if not path.is_file():
+            raise RegistryMissing(f"registry database {path} does not exist; {MISSING_HINT}")
+        # sqlite3's URI mode=rw: open read-write, never create (a plain path would create it on connect).
+        uri = f"file:{quote(str(path.resolve()))}?mode=rw"
+        engine = create_engine("sqlite://", creator=lambda: sqlite3.connect(
+            uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False))
     else:
         Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(parsed, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000})

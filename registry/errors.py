@@ -7,7 +7,7 @@ from polyspec.core.languages import UnknownLanguage
 from polyspec.core.prompts import PromptsError
 
 __all__ = ["AlreadyExists", "ImportFailed", "InvalidDraft", "InvalidEvaluation", "NotFound", "PromotionRefused",
-           "PromptsError", "RegistryError", "UnknownLanguage"]
+           "PromptsError", "RegistryError", "RegistryMissing", "UnknownLanguage"]
 
 
 class RegistryError(PolyspecError):
@@ -16,6 +16,11 @@ class RegistryError(PolyspecError):
 
 class NotFound(RegistryError, NotFoundError):
     """A verifier, draft, deployment or language profile that does not exist."""
+
+
+class RegistryMissing(RegistryError, NotFoundError):
+    """A registry opened with ``create=False`` (the router, the dashboard) that does not exist: it is never
+    created empty behind an operator's back. `polyspec registry init` or `polyspec up` creates one."""
 
 
 class AlreadyExists(RegistryError, ConflictError):

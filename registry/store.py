@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, func, select
+from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from polyspec.core.acceptance import MAL_TOLERANCE, mal_from_positions
 from polyspec.registry import artifacts, db, deployments, profiles, promotion, transfer
-from polyspec.registry.errors import AlreadyExists, InvalidDraft, InvalidEvaluation, NotFound, RegistryError
+from polyspec.registry.errors import AlreadyExists, InvalidDraft, InvalidEvaluation, NotFound, RegistryError, RegistryMissing
 from polyspec.registry.languages import normalize_languages
 from polyspec.registry.records import (
     DeploymentView, DraftRecord, EvaluationRecord, EventRecord, LanguageProfileRecord, LiveStatRecord,
@@ -27,16 +28,27 @@ EVAL_SUBSETS = ("all", "non_degenerate")
 DraftRef = str | DraftRecord
 
 
-def open_registry(url: str | None = None) -> Registry:
-    """Open (and migrate to head) the registry at ``url``; default: settings' registry URL."""
+def open_registry(url: str | None = None, *, create: bool = True) -> Registry:
+    """Open (and migrate to head) the registry at ``url``; default: settings' registry URL.
+
+    ``create=False`` is for readers that must never make a registry appear (the router, the dashboard):
+    a SQLite file that does not exist, or a database without the registry's tables, raises
+    `RegistryMissing` instead of becoming an empty registry.
+    """
     if url is None:
         from polyspec.core.settings import get_settings
 
         url = get_settings().resolved_registry_url
-    engine = db.make_engine(url)
+    engine = db.make_engine(url, create=create)
     try:
+        if not create:
+            with engine.connect() as conn:
+                if db.current_revision(conn) is None:
+                    shown = make_url(url).render_as_string(hide_password=True)
+                    raise RegistryMissing(f"{shown} holds no polyspec registry; {db.MISSING_HINT}")
         db.upgrade(engine)
     except RegistryError:
+        engine.dispose()
         raise
     except Exception as exc:  # noqa: BLE001 - connection/driver errors: one clear line
         engine.dispose()

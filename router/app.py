@@ -1,8 +1,10 @@
 """The OpenAI-compatible router app: ``create_app(config)`` builds it; `polyspec serve` runs it with uvicorn.
 
 Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, /health (alive),
-/ready (some replica healthy), /metrics (Prometheus). The runtime lives on ``app.state.runtime``;
-``refresh_routing_table(app)`` is what POST /admin/api/refresh calls.
+/ready (some replica healthy), /metrics (Prometheus); the GET routes answer HEAD too, and another method
+gets 405 with ``Allow``. With ``cors_allow_origins`` set, browsers of those origins may call the /v1 API
+(CORS, Starlette's middleware); /admin, /metrics and the probes never answer another origin. The runtime
+lives on ``app.state.runtime``; ``refresh_routing_table(app)`` is what POST /admin/api/refresh calls.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
 from polyspec.router import admin
-from polyspec.router.asgi import HOT_PATHS, Endpoint, HotPath
+from polyspec.router.asgi import HOT_PATHS, Endpoint, HotPath, Receive, Scope, Send
 from polyspec.router.config import RouterConfig
 from polyspec.router.errors import RouterError, error_body
 from polyspec.router.proxy import serve_completion
@@ -50,6 +53,8 @@ def create_app(
     app.state.runtime = runtime
     _install_error_handlers(app)
     _install_routes(app, runtime)
+    if config.cors_allow_origins:  # added after HotPath, so outside it; none at all when off (no cost)
+        app.add_middleware(ApiCors, origins=config.cors_allow_origins)
     if mount_admin:
         admin.mount(app, runtime)
     return app
@@ -61,12 +66,15 @@ def _install_error_handlers(app: FastAPI) -> None:
         return exc.response()
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
-        # Keep the exception's headers: a 401 must still carry WWW-Authenticate.
-        return JSONResponse(error_body(str(exc.detail), kind, None, code), status_code=exc.status_code,
-                            headers=getattr(exc, "headers", None))
+        # Keep the exception's headers: a 401 must still carry WWW-Authenticate, a 405 its Allow.
+        headers = getattr(exc, "headers", None)
+        message = str(exc.detail)
+        if exc.status_code == 405 and headers and "Allow" in headers:
+            message = f"{request.method} is not allowed on {request.url.path}; allowed: {headers['Allow']}."
+        return JSONResponse(error_body(message, kind, None, code), status_code=exc.status_code, headers=headers)
 
 
 def _install_routes(app: FastAPI, runtime: RouterRuntime) -> None:
@@ -77,28 +85,52 @@ def _install_routes(app: FastAPI, runtime: RouterRuntime) -> None:
     for path, kind in HOT_PATHS.items():
         app.router.routes.append(Route(path, Endpoint(handler, kind), methods=["POST"]))
 
-    @app.get("/v1/models")
+    @app.api_route("/v1/models", methods=["GET", "HEAD"])
     async def models() -> dict[str, Any]:
         created = int(runtime.telemetry.started_at)
         data = [{"id": m, "object": "model", "created": created, "owned_by": "polyspec"} for m in runtime.known_models()]
         return {"object": "list", "data": data}
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])
     async def health() -> dict[str, Any]:
         return {"status": "ok", "uptime_s": round(time.time() - runtime.telemetry.started_at, 3)}
 
-    @app.get("/ready")
+    @app.api_route("/ready", methods=["GET", "HEAD"])
     async def ready() -> JSONResponse:
-        ok = runtime.ready()
-        body = {"ready": ok, "pools": len(runtime.table.pools),
-                "healthy_replicas": sum(1 for s in runtime.backends.replicas.values() if s.healthy),
-                "last_refresh_error": runtime.last_refresh_error}
-        return JSONResponse(body, status_code=200 if ok else 503)
+        body = runtime.readiness()  # {"ready": bool, "reason": str | None, ...}
+        return JSONResponse(body, status_code=200 if body["ready"] else 503)
 
-    @app.get("/metrics")
+    @app.api_route("/metrics", methods=["GET", "HEAD"])
     async def metrics() -> Response:
         runtime.update_gauges()
         return Response(generate_latest(runtime.telemetry.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+# What browsers may call from another origin, when cors_allow_origins is set: the OpenAI API only.
+CORS_PATHS = frozenset({*HOT_PATHS, "/v1/models"})
+# Headers a browser client may read: the routing decision and the request id.
+EXPOSED_HEADERS = ("X-Polyspec-Language", "X-Polyspec-Confidence", "X-Polyspec-Domain", "X-Polyspec-Backend",
+                   "X-Polyspec-Draft", "X-Request-Id")
+
+
+class ApiCors:
+    """Starlette's CORSMiddleware on the /v1 API paths only. It wraps HotPath (it is added after it), so a
+    preflight is answered before HotPath and a completion's answer, streamed or not, carries the
+    Access-Control-* headers. Any request header is allowed (OpenAI's browser SDK sends its own x-stainless-*
+    ones); the origin list is the gate. No credentials: the API takes its key in a header, not a cookie.
+    /admin is left out on purpose: it trusts loopback clients, which a page of an allowed origin, opened on
+    the router's host, would otherwise be."""
+
+    def __init__(self, app: Any, origins: list[str]) -> None:
+        self.app = app
+        self.cors = CORSMiddleware(app, allow_origins=origins, allow_methods=["GET", "POST"], allow_headers=["*"],
+                                   expose_headers=EXPOSED_HEADERS)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] in CORS_PATHS:
+            await self.cors(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
 
 
 async def refresh_routing_table(app: FastAPI) -> dict[str, Any]:

@@ -54,6 +54,7 @@ class Backends:
             else:
                 state.name = name
         self._index_models()
+        self.upstream.set_replicas(replicas)
 
     def _index_models(self) -> None:
         serving: dict[str, set[str]] = {}

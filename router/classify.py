@@ -9,21 +9,23 @@ undetermined bucket ``und`` (so uncertain prompts do not blur the default langua
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
-
-from polyspec.core.domains import detect_domain
+from polyspec.core.domains import DOMAINS, detect_domain
+from polyspec.core.languages import lookup_language
 from polyspec.core.langid import UNDETERMINED, LabelSet, allowed_labels, clean_for_langid, detect_cleaned
+from polyspec.router.body import decode_body, encode_body, parse_json_body, prompt_text  # noqa: F401 (re-exported)
+from polyspec.router.body import pop_router_fields as body_pop_router_fields
 from polyspec.router.errors import BadRequest
 
 ROUTER_BODY_KEY = "polyspec"
 HEADER_PREFIX = "x-polyspec-"
-_PIN = re.compile(r"[a-z0-9_.-]{1,32}")
+# A BCP 47-ish code: what a pin may look like before it is looked up (letters, digits, '-', '_', '.').
+_PIN = re.compile(r"[A-Za-z0-9_.-]{1,35}")
+OTHER = "other"  # the label of a pinned language the routing table does not serve
 
 
 @dataclass(frozen=True)
@@ -34,94 +36,17 @@ class Decision:
     domain: str
     source: str  # "header" | "body" | "langid" | "fallback"
     text: str  # the text langid looked at (uncleaned), kept for opt-in capture
+    label: str = ""  # the bounded stats language (`stats_label`); "" means: the language itself
 
     @property
     def stats_language(self) -> str:
-        """The language live stats count the request under: ``und`` when langid was not sure."""
-        return UNDETERMINED if self.source == "fallback" else self.language
-
-
-def parse_json_body(raw: bytes) -> dict[str, Any]:
-    """The body as a JSON object (``json``'s reading of it), or a BadRequest that says what is wrong."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadRequest(f"Request body is not valid UTF-8 (byte {exc.start}).") from None
-    try:
-        body = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadRequest(f"Request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}.") from None
-    except RecursionError:
-        raise BadRequest("Request body is not acceptable JSON: nested too deeply.") from None
-    except ValueError as exc:  # valid JSON Python will not read, e.g. an integer of more than 4300 digits
-        raise BadRequest(f"Request body is not acceptable JSON: {exc}.") from None
-    if not isinstance(body, dict):
-        raise BadRequest("Request body must be a JSON object.")
-    try:
-        json.dumps(body, ensure_ascii=False).encode()
-    except UnicodeEncodeError:  # a lone surrogate escape (\ud800): no engine can be sent that
-        raise BadRequest("Request body is not acceptable JSON: a string holds a lone surrogate escape.") from None
-    return body
-
-
-def decode_body(raw: bytes) -> tuple[dict[str, Any], bool]:
-    """The body and whether it is strict JSON (then `encode_body` may use msgspec for it).
-
-    msgspec decodes strict JSON to exactly what ``json.loads`` gives, several times faster. What it
-    refuses (NaN, lone surrogates, huge integers, deep nesting, errors) goes through `parse_json_body`,
-    which keeps ``json``'s leniency and its error messages; such a body is re-encoded with ``json`` too.
-    """
-    try:
-        body = msgspec.json.decode(raw)
-    except (msgspec.MsgspecError, RecursionError):
-        return parse_json_body(raw), False
-    if not isinstance(body, dict):
-        raise BadRequest("Request body must be a JSON object.")
-    return body, True
-
-
-def encode_body(body: Mapping[str, Any], strict: bool) -> bytes:
-    if strict:
-        return msgspec.json.encode(body)
-    return json.dumps(body, ensure_ascii=False).encode()
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # content parts: keep the text ones
-        return "\n".join(t for p in content if isinstance(p, dict) and p.get("type") == "text"
-                         and isinstance(t := p.get("text"), str))
-    return ""
-
-
-def prompt_text(body: Mapping[str, Any], kind: str) -> str:
-    """The text to classify; also validates the fields the router itself depends on."""
-    if kind == "chat":
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise BadRequest("'messages' is required and must be a non-empty array.", param="messages")
-        if not all(isinstance(m, dict) for m in messages):
-            raise BadRequest("Each message must be an object.", param="messages")
-        for message in reversed(messages):
-            if message.get("role") == "user":
-                return _content_text(message.get("content"))
-        return _content_text(messages[-1].get("content"))
-    prompt = body.get("prompt")
-    if prompt is None:
-        raise BadRequest("'prompt' is required.", param="prompt")
-    if isinstance(prompt, list):
-        texts = [p for p in prompt if isinstance(p, str)]
-        return texts[-1] if texts else ""  # token-id prompts carry no text to classify
-    if not isinstance(prompt, str):
-        raise BadRequest("'prompt' must be a string or an array.", param="prompt")
-    return prompt
+        """The language live stats and metrics count the request under (`stats_label`)."""
+        return self.label or (UNDETERMINED if self.source == "fallback" else self.language)
 
 
 def pop_router_fields(body: dict[str, Any]) -> dict[str, Any]:
     """Remove the router's own body field; returns it (``{"language": .., "domain": ..}``)."""
-    fields = body.pop(ROUTER_BODY_KEY, None)
-    return fields if isinstance(fields, dict) else {}
+    return body_pop_router_fields(body, ROUTER_BODY_KEY)
 
 
 def upstream_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -135,15 +60,61 @@ def upstream_headers(headers: Mapping[str, str]) -> dict[str, str]:
     return kept | {"Content-Type": "application/json"}
 
 
-def _pin(headers: Mapping[str, str], pins: Mapping[str, Any], what: str) -> str | None:
-    """A client-pinned language or domain, normalised. It is echoed in response headers and metric labels,
-    so anything but a short code (CR/LF, non-Latin-1, 10 kB) is a 400, not a broken response."""
+def _pin_value(headers: Mapping[str, str], pins: Mapping[str, Any], what: str) -> tuple[str | None, str]:
+    """(the pinned value or None, the param name to blame). A body pin must be a short string."""
     header = headers.get(f"{HEADER_PREFIX}{what}")
-    code = str(header or pins.get(what) or "").strip().lower()
-    if code and not _PIN.fullmatch(code):
-        raise BadRequest(f"The pinned {what} must be a short code like 'fr' or 'code' (letters, digits, '_', '-', '.').",
-                         param=f"X-Polyspec-{what.capitalize()}" if header else f"{ROUTER_BODY_KEY}.{what}")
-    return code or None
+    if header is not None:
+        return header, f"X-Polyspec-{what.capitalize()}"
+    value = pins.get(what)
+    param = f"{ROUTER_BODY_KEY}.{what}"
+    if value is not None and not isinstance(value, str):
+        raise BadRequest(f"The pinned {what} must be a string, not {type(value).__name__}.", param=param)
+    return value, param
+
+
+def pinned_language(headers: Mapping[str, str], pins: Mapping[str, Any]) -> str | None:
+    """A client-pinned language, normalised (``fra``, ``FR``, ``fr-CA`` -> ``fr``) and validated: it is echoed
+    in response headers, and a code that is no ISO 639 language is a 400, never a new metric label."""
+    value, param = _pin_value(headers, pins, "language")
+    if value is None or not value.strip():
+        return None
+    if not _PIN.fullmatch(value.strip()):
+        raise BadRequest("The pinned language must be a language code like 'fr', 'fra' or 'pt-BR'.", param=param)
+    code = lookup_language(value)
+    if code is None:
+        raise BadRequest(f"The pinned language {value.strip()!r} is not an ISO 639 language code.", param=param)
+    return code
+
+
+def pinned_domain(headers: Mapping[str, str], pins: Mapping[str, Any], known: Collection[str]) -> str | None:
+    """A client-pinned domain, lower-cased and validated against ``known`` (the built-in domains and those
+    of the routing table)."""
+    value, param = _pin_value(headers, pins, "domain")
+    if value is None or not value.strip():
+        return None
+    code = value.strip().lower()
+    if not _PIN.fullmatch(code) or code not in known:
+        shown = code if _PIN.fullmatch(code) else "that value"
+        raise BadRequest(f"The pinned domain {shown!r} is not one this router knows; known: "
+                         f"{', '.join(sorted(known))}.", param=param)
+    return code
+
+
+def table_domains(table: Any) -> frozenset[str]:
+    """The domains of a routing table's pools (kept with the table: it is rebuilt, never changed)."""
+    domains = table.cached("domains")
+    if domains is None:
+        domains = table.cache("domains", frozenset(p.domain for p in table.pools))
+    return domains
+
+
+def stats_label(language: str, source: str, served: Collection[str]) -> str:
+    """The language a request is counted under in metrics and live stats: ``und`` when langid was not sure,
+    ``other`` for a pinned language no pool serves. So labels come from a bounded set: the languages of
+    the routing table (and the default), ``und`` and ``other``, whatever clients send."""
+    if source == "fallback":
+        return UNDETERMINED
+    return language if language in served else OTHER
 
 
 def classify(
@@ -156,18 +127,23 @@ def classify(
     threshold: float,
     max_chars: int,
     allowed: LabelSet | None = None,
+    domains: Collection[str] = (),
 ) -> Decision:
     """``allowed``: `served` plus the default language as `allowed_labels` gives it (the router keeps
-    one per routing table instead of rebuilding it per request)."""
+    one per routing table instead of rebuilding it per request). ``domains``: the routing table's domains,
+    which a pin may name besides the built-in ones."""
     text = prompt_text(body, kind)
-    domain = _pin(headers, pins, "domain") or detect_domain(text)
-    pinned = _pin(headers, pins, "language")
+    domain = pinned_domain(headers, pins, {*DOMAINS, *domains}) or detect_domain(text)
+    pinned = pinned_language(headers, pins)
+    counted = {*served, default_language}
     if pinned:
-        return Decision(pinned, 1.0, None, domain, "header" if headers.get("x-polyspec-language") else "body", text)
+        source = "header" if headers.get("x-polyspec-language") else "body"
+        return Decision(pinned, 1.0, None, domain, source, text, stats_label(pinned, source, counted))
     cleaned = clean_for_langid(text, max_chars=max_chars)
     if not cleaned.strip():
-        return Decision(default_language, 0.0, None, domain, "fallback", text)
-    guess = detect_cleaned(cleaned, allowed or allowed_labels(set(served) | {default_language}))
+        return Decision(default_language, 0.0, None, domain, "fallback", text, UNDETERMINED)
+    guess = detect_cleaned(cleaned, allowed or allowed_labels(counted))
     if guess.confidence < threshold:
-        return Decision(default_language, guess.confidence, guess.language, domain, "fallback", text)
-    return Decision(guess.language, guess.confidence, guess.language, domain, "langid", text)
+        return Decision(default_language, guess.confidence, guess.language, domain, "fallback", text, UNDETERMINED)
+    return Decision(guess.language, guess.confidence, guess.language, domain, "langid", text,
+                    stats_label(guess.language, "langid", counted))

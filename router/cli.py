@@ -20,12 +20,16 @@ def serve(
     router_id: Optional[str] = typer.Option(None, help="Name of this router in the live stats."),
     log_level: str = typer.Option("info", help="uvicorn log level."),
 ) -> None:
-    """Serve the OpenAI-compatible router in front of the registry's active deployments."""
-    import uvicorn
+    """Serve the OpenAI-compatible router in front of the registry's active deployments.
+
+    SIGTERM (or Ctrl-C) drains: /ready answers 503 at once, in-flight requests may finish within
+    POLYSPEC_ROUTER_DRAIN_GRACE_S, and streams still open then end with an error event (router.server).
+    """
     from pydantic import ValidationError
 
     from polyspec.router.app import create_app
     from polyspec.router.config import RouterConfig
+    from polyspec.router.server import build_server
 
     overrides = {"host": host, "port": port, "registry_url": registry, "language_threshold": threshold,
                  "capture": capture, "router_id": router_id}
@@ -36,10 +40,7 @@ def serve(
         raise typer.Exit(2) from None
     app = create_app(config)
     typer.echo(f"polyspec router {config.router_id} on http://{config.host}:{config.port}", err=True)
-    # No access log: one log record per request is a measurable share of the router's CPU, and
-    # /metrics counts every request by outcome anyway. uvicorn picks uvloop and httptools (both pinned).
-    uvicorn.run(app, host=config.host, port=config.port, log_level=log_level, timeout_graceful_shutdown=5,
-                timeout_keep_alive=config.keep_alive_s, access_log=False)
+    build_server(app, config, log_level=log_level).run()
 
 
 def langid(

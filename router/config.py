@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from polyspec.core.settings import get_settings
 
+import ipaddress
 import socket
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -47,14 +48,48 @@ class RouterConfig(BaseSettings):
 
     # Upstream traffic.
     connect_timeout_s: float = Field(default=5.0, gt=0)
-    read_timeout_s: float = Field(default=600.0, gt=0, description="Longest silence allowed from an engine.")
+    read_timeout_s: float = Field(
+        default=300.0, gt=0,
+        description="Longest silence allowed from an engine (for a non-streamed answer: its whole generation). "
+        "300 s covers 4,096 tokens at 14 tokens/s, a small CPU engine's pace.",
+    )
+    engine_read_timeouts_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="Per-engine read timeout, by deployment name or engine URL; others use read_timeout_s.",
+    )
     max_attempts: int = Field(default=3, ge=1, description="Replicas tried per request before giving up.")
-    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
-    max_connections: int = Field(default=512, ge=1)
+    max_body_bytes: int = Field(
+        default=1024 * 1024, ge=1024,
+        description="Largest request body. Its decoding runs on the event loop at up to ~5 ms per MB for the "
+        "worst shapes (bench/hostile.py), so 1 MB (about 250k tokens of text) keeps every body to a few ms.",
+    )
+    max_connections: int = Field(
+        default=512, ge=1,
+        description="Connections to one engine (each engine has its own pool; health probes use their own "
+        "connections), so an engine that hangs cannot starve the others.",
+    )
     upstream_keepalive_s: float = Field(
         default=4.0, gt=0,
         description="How long an idle engine connection is kept for reuse; below vLLM's (uvicorn's) 5 s "
         "keep-alive, so the router never reuses a connection the engine is closing.",
+    )
+
+    # Client side: what one client may cost the router.
+    body_timeout_s: float = Field(
+        default=30.0, gt=0, description="Longest time a client may take to send its whole request body (slowloris).",
+    )
+    max_header_bytes: int = Field(default=32 * 1024, ge=1024, description="Largest request head (all headers).")
+    header_timeout_s: float = Field(
+        default=10.0, gt=0,
+        description="Longest time a connection may take to send a request head, from its first byte (or from "
+        "connecting); a slower one is closed (slowloris on headers).",
+    )
+    drain_grace_s: float = Field(
+        default=30.0, ge=0,
+        description="On SIGTERM: how long in-flight requests may finish; streams still open then get an error event.",
+    )
+    cors_allow_origins: list[str] = Field(
+        default_factory=list, description="Origins allowed to call the API from a browser (CORS); empty: none.",
     )
 
     # Health checks with hysteresis.
@@ -67,13 +102,45 @@ class RouterConfig(BaseSettings):
     refresh_interval_s: float = Field(default=30.0, gt=0, description="Routing table refresh period.")
     flush_interval_s: float = Field(default=30.0, gt=0, description="Live stats persistence period.")
 
-    # Opt-in prompt capture for continuous adaptation.
+    # Opt-in prompt capture for continuous adaptation: best effort, off the request path.
     capture: bool = Field(default=False, description="Keep prompts per language as JSONL (opt-in).")
     capture_dir: Path | None = Field(default=None, description="Default: $POLYSPEC_HOME/capture.")
+    capture_queue: int = Field(default=1000, ge=1, description="Prompts waiting for the writer; more are dropped.")
+    capture_max_prompt_chars: int = Field(default=32_000, ge=1, description="Longer prompts are not captured.")
+    capture_file_bytes: int = Field(default=64 * 1024 * 1024, ge=4096, description="A language file rotates at this size.")
+    capture_total_bytes: int = Field(
+        default=1024 * 1024 * 1024, ge=4096, description="Oldest rotated files are deleted beyond this total.",
+    )
+    capture_retention_days: float = Field(default=30.0, gt=0, description="Rotated files older than this are deleted.")
+    capture_write_timeout_s: float = Field(
+        default=5.0, gt=0, description="A write slower than this (a hung disk) is abandoned and counted as dropped.",
+    )
+
+    # Admin surface (/admin).
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description="Addresses or CIDRs of reverse proxies; with any set, the client address comes from "
+        "X-Forwarded-For (trusted hops only) and loopback is no longer trusted by itself.",
+    )
+    admin_allowed_hosts: list[str] = Field(
+        default_factory=lambda: ["localhost", "127.0.0.1", "::1"],
+        description="Host header values /admin answers (DNS-rebinding guard); '*' allows any. "
+        "The router's own --host is always allowed.",
+    )
 
     model_aliases: list[str] = Field(
         default_factory=lambda: ["polyspec"], description="Model names the router accepts besides the engines' own."
     )
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry.strip(), strict=False)
+            except ValueError:
+                raise ValueError(f"{entry!r} is not an IP address or CIDR network") from None
+        return [entry.strip() for entry in value]
 
     def resolved_default_language(self) -> str:
         if self.default_language:

@@ -16,6 +16,9 @@ class RouterError(PolyspecError):
     status = 500
     type = "server_error"
     code: str | None = None
+    # The reason label of ``polyspec_rejected_requests`` for an error that refuses a request before routing
+    # (counted once, where the handler answers it); None for every other error.
+    reject_reason: str | None = None
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
@@ -32,6 +35,14 @@ class RouterError(PolyspecError):
 
 class BadRequest(RouterError):
     status, type, code = 400, "invalid_request_error", "invalid_request"
+    reject_reason = "bad_request"
+
+
+class RequestTimeout(RouterError):
+    """The client did not send its whole body within ``body_timeout_s`` (a slow-body, slowloris, client)."""
+
+    status, type, code = 408, "invalid_request_error", "request_timeout"
+    reject_reason = "body_timeout"
 
 
 class ModelNotFound(RouterError):
@@ -40,6 +51,7 @@ class ModelNotFound(RouterError):
 
 class BodyTooLarge(RouterError):
     status, type, code = 413, "invalid_request_error", "request_too_large"
+    reject_reason = "too_large"
 
 
 class UpstreamFailed(RouterError):
@@ -48,6 +60,12 @@ class UpstreamFailed(RouterError):
 
 class NoBackend(RouterError):
     status, type, code = 503, "service_unavailable", "no_healthy_backend"
+
+
+class RouterShutdown(RouterError):
+    """The router stopped (SIGTERM) and its drain grace ended before this request got an answer."""
+
+    status, type, code = 503, "service_unavailable", "router_shutdown"
 
 
 class UpstreamTimeout(RouterError):

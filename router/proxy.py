@@ -14,60 +14,40 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 from polyspec.router.asgi import (
     ClientDisconnected, DisconnectWatch, Receive, Scope, Send, content_type, read_body, request_headers,
     send_error, send_response,
 )
-from polyspec.router.classify import classify, decode_body, pop_router_fields, upstream_headers
-from polyspec.router.errors import BadRequest, ModelNotFound, NoBackend, RouterError
+from polyspec.router.body import field
+from polyspec.router.classify import upstream_headers
+from polyspec.router.errors import NoBackend, RouterError, RouterShutdown
 from polyspec.router.job import Job, attempt_failed, completion_telemetry, fail, give_up, payload, record, router_headers
-from polyspec.router.policy import candidate_pools, plan_attempts
+from polyspec.router.routing import route
 from polyspec.router.runtime import RouterRuntime
 from polyspec.router.stream import stream
 from polyspec.router.upstream import UPSTREAM_ERRORS
 
 
-def _model_filter(rt: RouterRuntime, model: Any) -> frozenset[str] | None:
-    """URLs of the replicas that may serve ``model``; None for a router alias (any replica)."""
-    if not isinstance(model, str) or not model:
-        raise BadRequest("'model' is required.", param="model")
-    if model in rt.config.model_aliases:
-        return None
-    serving = rt.backends.serving(model)
-    if not serving:
-        if not rt.backends.model_ids():
-            raise NoBackend("No engine has answered yet; try again shortly.")
-        raise ModelNotFound(f"The model '{model}' does not exist. Known: {', '.join(rt.known_models())}.", param="model")
-    return serving
-
-
 async def prepare(rt: RouterRuntime, raw: bytes, headers: dict[str, str], kind: str, started: float) -> Job:
-    body, strict = decode_body(raw)
-    pins = pop_router_fields(body)
-    serving = _model_filter(rt, body.get("model"))
-    table = rt.table
-    decision = classify(body, kind, headers, pins, table.languages, rt.default_language,
-                        rt.config.language_threshold, rt.config.langid_max_chars, allowed=rt.langid_labels(table))
+    routing = route(rt, raw, headers, kind)
+    decision, body, targets = routing.decision, routing.body, routing.targets
     rt.telemetry.observe_decision(decision.stats_language, decision.domain, decision.confidence, decision.source)
-    pools = candidate_pools(table, decision.language, decision.domain, rt.telemetry.live_lookup(),
-                            rt.config.prior_spec_steps, serving)
-    targets = plan_attempts(pools, rt.backends.is_healthy, rt.backends.in_flight, rt.config.max_attempts, serving)
-    stream = bool(body.get("stream"))
-    options = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
+    stream = bool(field(body, "stream"))
+    options = field(body, "stream_options")
+    options = options if isinstance(options, dict) else {}
     client_usage = bool(options.get("include_usage"))
     if stream:
         # vLLM reports per-request acceptance for streams only in the usage chunk.
         body["stream_options"] = {**options, "include_usage": True}
-    job = Job(kind, decision, targets, body, strict, serving is None, upstream_headers(headers), stream,
-              client_usage, started)
+    job = Job(kind, decision, targets, body, routing.strict, routing.serving is None, upstream_headers(headers),
+              stream, client_usage, started)
     if not targets:
         record(rt, job, None, "no_backend")  # classified (its traffic counted), so its outcome is too
         raise NoBackend(f"No healthy engine for language '{decision.language}' (domain '{decision.domain}') "
                         "nor in the default pool.")
     if rt.capture is not None and decision.source == "langid":
-        await asyncio.to_thread(rt.capture.write, decision.language, decision.domain, decision.text)
+        rt.capture.submit(decision.language, decision.domain, decision.text)  # never blocks, never raises
     return job
 
 
@@ -102,17 +82,30 @@ async def _unary(rt: RouterRuntime, job: Job, send: Send) -> None:
     raise give_up(errors)
 
 
+async def _refuse(rt: RouterRuntime, scope: Scope, receive: Receive, send: Send, exc: RouterError, *,
+                  close: bool = False) -> None:
+    """Answer an error raised before any engine was asked; one refused before routing is counted."""
+    if exc.reject_reason is not None:
+        rt.telemetry.metrics.rejected.labels(exc.reject_reason).inc()
+    await send_error(scope, receive, send, exc, close=close)
+
+
 async def serve_completion(rt: RouterRuntime, scope: Scope, receive: Receive, send: Send, kind: str) -> None:
     """The ASGI handler of POST /v1/chat/completions and /v1/completions."""
     started = time.perf_counter()
     headers = request_headers(scope)
+    config = rt.config
     try:
-        raw = await read_body(receive, headers.get("content-length"), rt.config.max_body_bytes)
-        job = await prepare(rt, raw, headers, kind, started)
-    except RouterError as exc:
-        await send_error(scope, receive, send, exc)
+        raw = await read_body(receive, headers.get("content-length"), config.max_body_bytes, config.body_timeout_s)
+    except RouterError as exc:  # too large or too slow: the rest of the body may still come, so close
+        await _refuse(rt, scope, receive, send, exc, close=True)
         return
     except ClientDisconnected:
+        return
+    try:
+        job = await prepare(rt, raw, headers, kind, started)
+    except RouterError as exc:
+        await _refuse(rt, scope, receive, send, exc)
         return
     watch = DisconnectWatch(receive, send)
     ended = "router_error"  # how a request ends that did not record its own outcome
@@ -121,6 +114,14 @@ async def serve_completion(rt: RouterRuntime, scope: Scope, receive: Receive, se
     except RouterError as exc:
         await send_error(scope, receive, watch.send, exc)
     except asyncio.CancelledError:
+        if rt.drain_expired and not watch.gone and not watch.started:
+            # The drain grace is over (router.server cancelled this request) and nothing was sent yet: an
+            # OpenAI-style 503 the client can retry elsewhere, not uvicorn's plain-text 500.
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+            ended = "router_shutdown"
+            await send_error(scope, receive, watch.send, RouterShutdown(
+                "The router is shutting down and its drain grace ended before an engine answered; retry."))
+            return
         ended = "client_disconnected" if watch.gone else "cancelled"
         if not watch.swallow():
             raise

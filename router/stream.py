@@ -4,6 +4,11 @@ Events pass through unchanged, except the final usage chunk (``"choices": []`` w
 router always asks vLLM for it, because that is where a stream's acceptance figures are, reads it, and
 drops it again when the client did not ask for usage. Back-pressure is end to end: the next engine
 chunk is read only after the client's socket took the last one.
+
+A stream always ends in a way the client can tell apart: ``data: [DONE]`` when the engine finished, or
+an SSE error event (then ``[DONE]``) when the engine connection broke, when the engine ended its body
+without ``[DONE]`` (``stream_incomplete``), or when the router stopped at the end of its drain grace
+(``router_shutdown``, see router.server). Each is counted under its own status, never as "ok".
 """
 
 from __future__ import annotations
@@ -134,6 +139,23 @@ async def stream(rt: RouterRuntime, job: Job, send: Send) -> None:
     raise give_up(errors)
 
 
+async def _end(rt: RouterRuntime, target: Target, events: EventSplitter, done: bool, send: Send) -> str:
+    """The engine ended its body: "ok" after ``data: [DONE]``; otherwise the answer is incomplete (an
+    engine that stopped without finishing) and the client gets an error event rather than a silent end."""
+    rest = events.rest
+    if rest and rest.rstrip(b"\n") == _DONE.rstrip(b"\n"):  # [DONE] without its blank line
+        rest, done = _DONE, True
+    if done:
+        if rest:
+            await send({"type": "http.response.body", "body": rest, "more_body": True})
+        return "ok"
+    # A partial event (no blank line after it) cannot be parsed by the client: it is dropped, not relayed.
+    fail(rt, target, "stream_incomplete", f"ended without [DONE] ({len(rest)} bytes of a partial event)")
+    message = sse_error("The engine ended the stream without finishing it (no [DONE]).", code="stream_incomplete")
+    await send({"type": "http.response.body", "body": message, "more_body": True})
+    return "stream_incomplete"
+
+
 async def _relay(rt: RouterRuntime, job: Job, target: Target, resp: aiohttp.ClientResponse, first: bytes,
                  send: Send) -> None:
     events = EventSplitter(job.client_usage)
@@ -148,9 +170,7 @@ async def _relay(rt: RouterRuntime, job: Job, target: Target, resp: aiohttp.Clie
                 await send({"type": "http.response.body", "body": out, "more_body": True})
                 done = out.endswith(_DONE)
             data = await resp.content.readany()
-        if events.rest:
-            await send({"type": "http.response.body", "body": events.rest, "more_body": True})
-        status = "ok"
+        status = await _end(rt, target, events, done, send)
     except UPSTREAM_ERRORS as exc:
         status = "stream_error"
         fail(rt, target, "stream_drop", type(exc).__name__)
@@ -160,7 +180,15 @@ async def _relay(rt: RouterRuntime, job: Job, target: Target, resp: aiohttp.Clie
         # A client may hang up as soon as it has [DONE] (the openai client does), before the engine's
         # end of stream reaches the router: that request was served in full.
         status = "ok" if done else "client_disconnected"
-        raise
+        if done or not rt.drain_expired:
+            raise
+        # The router is stopping and this stream outlived the drain grace (router.server cancelled it):
+        # the client gets an error event and a clean end, never a silent cut.
+        asyncio.current_task().uncancel()  # type: ignore[union-attr]
+        status = "router_shutdown"
+        message = sse_error("The router is shutting down; the stream was cut at the end of its drain grace.",
+                            "service_unavailable", "router_shutdown")
+        await send({"type": "http.response.body", "body": message, "more_body": True})
     finally:
         if data == b"":
             resp.release()

@@ -9,6 +9,7 @@ and return live stats.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -180,42 +181,54 @@ def build_table(deployments: Iterable[Any], default_language: str) -> RoutingTab
 
 
 class RegistrySource:
-    """The production source: ``registry.open_registry(url)``; opened lazily, reopened after errors.
+    """The production source: ``registry.open_registry(url, create=False)``; opened lazily, reopened after errors.
 
-    A SQLite file is watched by identity: an open connection goes on reading, and writing, a file that
-    was deleted or replaced. So once opened, a missing file is an error (the router keeps its last table
-    and its unflushed stats; the file is never re-created empty) and a replaced one (a restored backup)
-    is reopened.
+    The router never creates a registry: a missing one raises `RegistryMissing` (the router then keeps its
+    last table and reports it) until `polyspec registry init` or `polyspec up` makes one. A SQLite file is
+    also watched by identity: an open connection goes on reading, and writing, a file that was deleted or
+    replaced. So once opened, a missing file is `RegistryMissing` too (never re-created empty) and a
+    replaced one (a restored backup) is reopened.
+
+    The refresh and the stats flush call it from two worker threads: opening and dropping are serialised.
     """
 
     def __init__(self, url: str | None = None) -> None:
         self._url = url
         self._registry: Any = None
         self._file: tuple[Path, tuple[int, int]] | None = None  # the SQLite file and its (st_dev, st_ino)
+        self._lock = threading.Lock()
 
     def _reg(self) -> Any:
-        if self._file is not None:
-            path, identity = self._file
-            try:
-                st = path.stat()
-            except FileNotFoundError:
-                self._drop()
-                raise FileNotFoundError(f"registry database {path} is missing (deleted or moved)") from None
-            if (st.st_dev, st.st_ino) != identity:
-                self._drop()  # replaced, e.g. restored from a backup: read the new file
-        if self._registry is None:
-            from polyspec.registry import open_registry
-
-            self._registry = open_registry(self._url)
-            url = self._registry.engine.url
-            if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
-                path = Path(url.database).expanduser()
-                with contextlib.suppress(OSError):  # a "file:...?uri=true" name is not a path: not watched
+        with self._lock:
+            if self._file is not None:
+                path, identity = self._file
+                try:
                     st = path.stat()
-                    self._file = (path, (st.st_dev, st.st_ino))
-        return self._registry
+                except FileNotFoundError:
+                    self._drop_locked()
+                    from polyspec.registry import RegistryMissing
+
+                    raise RegistryMissing(f"registry database {path} is missing (deleted or moved); "
+                                          "restore it, or create one with `polyspec registry init`") from None
+                if (st.st_dev, st.st_ino) != identity:
+                    self._drop_locked()  # replaced, e.g. restored from a backup: read the new file
+            if self._registry is None:
+                from polyspec.registry import open_registry
+
+                self._registry = open_registry(self._url, create=False)
+                path = _sqlite_path(self._url)
+                if path is not None:
+                    with contextlib.suppress(OSError):
+                        st = path.stat()
+                        self._file = (path, (st.st_dev, st.st_ino))
+            return self._registry
 
     def _drop(self) -> None:
+        with self._lock:
+            self._drop_locked()
+
+    def _drop_locked(self) -> None:
+        # ``_file`` stays: a deleted file keeps being reported as deleted, a restored one is reopened.
         registry, self._registry = self._registry, None
         if registry is not None:
             with contextlib.suppress(Exception):
@@ -236,6 +249,22 @@ class RegistrySource:
 
     def record_live_stats(self, router_id: str, rows: Sequence[LiveRow]) -> None:
         self._call("record_live_stats", router_id, [live_row_dict(r) for r in rows])
+
+
+def _sqlite_path(url: str | None) -> Path | None:
+    """The SQLite file behind a registry URL, None for anything else. Read from the URL, not from the
+    opened engine: a registry opened without create connects through a ``file:...?mode=rw`` URI."""
+    from sqlalchemy.engine import make_url
+
+    if url is None:
+        from polyspec.core.settings import get_settings
+
+        url = get_settings().resolved_registry_url
+    parsed = make_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or parsed.query.get("uri"):
+        return None  # a "file:...?uri=true" name is not a path: not watched
+    return Path(database).expanduser()
 
 
 def live_row_dict(row: LiveRow) -> dict[str, Any]:

@@ -80,6 +80,19 @@ class Metrics:
                                         ["backend", "reason"], registry=r)
         self.backend_up = Gauge("polyspec_backend_up", "1 when the replica is marked healthy.", ["backend"], registry=r)
         self.in_flight = Gauge("polyspec_backend_in_flight", "Requests in flight per replica.", ["backend"], registry=r)
+        # What the router did about faults (docs/operations.md lists what each one means to an operator).
+        self.refresh_failures = PCounter("polyspec_registry_refresh_failures",
+                                         "Routing-table refreshes that failed or were refused.", ["reason"], registry=r)
+        self.table_stale = Gauge("polyspec_routing_table_stale",
+                                 "1 while the router serves a last good table the registry no longer gives.", registry=r)
+        self.ready = Gauge("polyspec_ready", "1 when /ready answers 200.", registry=r)
+        self.draining = Gauge("polyspec_draining", "1 after SIGTERM, while in-flight requests finish.", registry=r)
+        self.captured = PCounter("polyspec_capture_written", "Prompts written by capture.", registry=r)
+        self.capture_dropped = PCounter("polyspec_capture_dropped", "Prompts capture dropped, by reason.",
+                                        ["reason"], registry=r)
+        self.rejected = PCounter("polyspec_rejected_requests",
+                                 "Requests refused before routing (bad body, bad pin, too large, too slow).",
+                                 ["reason"], registry=r)
         # Memoised children of the metrics the hot path updates.
         self.requests_of = _Labelled(self.requests)
         self.latency_of = _Labelled(self.latency)

@@ -1,40 +1,140 @@
 """Adapts a running router app (``app.state.runtime``) and the registry to what the dashboard reads.
 
 Telemetry comes from ``router.telemetry.snapshot(app)``; drafts, evaluations and language profiles
-from ``registry.open_registry()``. A registry that cannot be read does not break the dashboard: the
-telemetry still shows and the error is reported in the summary.
+from ``registry.open_registry(url, create=False)``: the dashboard never makes a registry appear, a
+missing one is reported in the summary instead. A registry that cannot be read does not break the
+dashboard: the telemetry still shows and the error is reported in the summary.
+
+A registry can also hang (a SQLite file locked by another process waits out its 30 s busy timeout, a
+stalled Postgres waits forever). Registry reads therefore run in their own daemon thread, at most one per
+registry URL at a time: polls that come while one is running share its result instead of starting another,
+and a caller waits a bounded time (``read_registry_within``). No lock is ever held while the registry is
+touched, so one hung registry holds up nothing but its own reads.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
+from concurrent.futures import Future
+from pathlib import Path
 from typing import Any
 
 from polyspec.router.admin.summary import BackendStatus, RegistryData
 from polyspec.router.table import LiveRow, to_live_row
 
-_registries: dict[str | None, Any] = {}
+THREAD_NAME = "polyspec-admin-registry"
+
+
+class _Opened:
+    """One Registry (one SQLAlchemy engine pool) per URL, with the identity of its SQLite file if it has one:
+    an open connection goes on reading a file that was deleted or replaced, so the file is checked each read."""
+
+    def __init__(self, registry: Any, url: str | None) -> None:
+        from sqlalchemy.engine import make_url
+
+        from polyspec.core.settings import get_settings
+
+        self.registry = registry
+        self.file: tuple[Path, tuple[int, int]] | None = None
+        # The URL as given: an existing-file-only SQLite engine connects through a creator ("sqlite://").
+        parsed = make_url(url if url is not None else get_settings().resolved_registry_url)
+        if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
+            path = Path(parsed.database).expanduser()
+            with contextlib.suppress(OSError):  # a "file:...?uri=true" name is not a path: not watched
+                st = path.stat()
+                self.file = (path, (st.st_dev, st.st_ino))
+
+    def current(self) -> bool:
+        if self.file is None:
+            return True
+        path, identity = self.file
+        try:
+            st = path.stat()
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == identity
+
+
+_registries: dict[str | None, _Opened] = {}
+_reads: dict[str | None, Future[RegistryData]] = {}
+# Guards the two dicts above, for a few instructions at a time: never held while the registry is opened or
+# read (a hung open under it would hold every admin request of every router in the process).
 _lock = threading.Lock()
 
 
-def _registry(url: str | None) -> Any:
-    # One Registry (one SQLAlchemy engine pool) per URL for the life of the process.
+def _drop(url: str | None) -> None:
     with _lock:
-        if url not in _registries:
-            from polyspec.registry import open_registry
+        opened = _registries.pop(url, None)
+    if opened is not None:
+        with contextlib.suppress(Exception):
+            opened.registry.close()
 
-            _registries[url] = open_registry(url)
-        return _registries[url]
+
+def _registry(url: str | None) -> Any:
+    # Only the one read thread of this URL gets here (see start_read), so opens of one URL never race.
+    with _lock:
+        opened = _registries.get(url)
+    if opened is not None and not opened.current():
+        _drop(url)  # deleted (then missing) or replaced (a restored backup: read the new file)
+        opened = None
+    if opened is None:
+        from polyspec.registry import open_registry
+
+        opened = _Opened(open_registry(url, create=False), url)
+        with _lock:
+            _registries[url] = opened
+    return opened.registry
 
 
 def read_registry(url: str | None) -> RegistryData:
+    """The dashboard's registry records, read now in this thread; a failure is returned, never raised."""
     try:
         reg = _registry(url)
         return RegistryData(drafts=reg.drafts(), evaluations=reg.evaluations(), profiles=reg.languages())
     except Exception as exc:  # shown on the page; telemetry stays useful without the registry
-        with _lock:
-            _registries.pop(url, None)
+        _drop(url)  # reconnect next time (a restarted Postgres, a restored file)
         return RegistryData(error=f"{type(exc).__name__}: {exc}")
+
+
+def start_read(url: str | None) -> Future[RegistryData]:
+    """The registry read of ``url`` in flight, or a new one in a daemon thread (a hung read never holds up
+    the process' exit)."""
+    with _lock:
+        running = _reads.get(url)
+        if running is not None and not running.done():
+            return running
+        future: Future[RegistryData] = Future()
+        _reads[url] = future
+
+    def run() -> None:
+        try:
+            future.set_result(read_registry(url))
+        except BaseException as exc:  # noqa: BLE001 - whatever ends the read ends it for every waiter
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name=THREAD_NAME, daemon=True).start()
+    return future
+
+
+async def read_registry_within(url: str | None, timeout_s: float) -> RegistryData:
+    """The registry records, or after ``timeout_s`` an error saying the registry did not answer (the read
+    goes on, and the next poll takes its result or starts a fresh one once it is over)."""
+    future = start_read(url)
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+
+    def wake(_: Future[RegistryData]) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits any more
+            loop.call_soon_threadsafe(lambda: waiter.done() or waiter.set_result(None))
+
+    future.add_done_callback(wake)
+    try:
+        await asyncio.wait_for(waiter, timeout_s)
+    except TimeoutError:
+        return RegistryData(error=f"registry did not answer within {timeout_s:g} s")
+    return future.result()
 
 
 def live_counters(snapshot: dict[str, Any]) -> list[LiveRow]:
@@ -102,11 +202,13 @@ class AppSources:
     def backend_statuses(self) -> list[BackendStatus]:
         return backend_statuses(self.snapshot())
 
-    def registry_data(self) -> RegistryData:
-        return read_registry(self.registry_url)
+    async def registry_data(self, timeout_s: float) -> RegistryData:
+        return await read_registry_within(self.registry_url, timeout_s)
 
-    async def refresh(self) -> dict[str, Any]:
-        result = await self.runtime.refresh()
+    async def refresh(self, timeout_s: float | None = None) -> dict[str, Any]:
+        # The runtime runs one refresh at a time and bounds each caller's wait (a hung registry answers
+        # "did not answer within N s" here while the refresh goes on in the background).
+        result = await self.runtime.refresh(wait_s=timeout_s)
         if not result.get("ok", True):
             raise RuntimeError(result.get("error") or "refresh failed")
         return {**result, "backends": result.get("replicas", 0)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -200,3 +201,35 @@ def no_token(monkeypatch):
     reset_settings_cache()
     yield
     reset_settings_cache()
+
+
+def admin_post(client, path: str):
+    """A state-changing admin call as the dashboard makes it: a JSON body and the page's CSRF token
+    (the polyspec_csrf cookie /admin sets, echoed in X-CSRF-Token). ``client``: a TestClient or httpx.Client
+    with the router's base URL."""
+    if "polyspec_csrf" not in client.cookies:
+        assert client.get("/admin").status_code == 200
+    return client.post(path, json={}, headers={"X-CSRF-Token": client.cookies.get("polyspec_csrf")})
+
+
+def post_head(path: str, **headers: str | int) -> bytes:
+    """A raw HTTP/1.1 POST head (``content_length=5`` -> ``content-length: 5``), for socket-level tests."""
+    lines = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json"]
+    lines += [f"{k.replace('_', '-')}: {v}" for k, v in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def read_raw_response(sock: socket.socket, timeout: float = 10) -> tuple[int, dict[str, str], dict]:
+    """Status, headers and JSON body of a Content-Length response read off a raw socket."""
+    sock.settimeout(timeout)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        part = sock.recv(65536)
+        assert part, f"connection closed after {data!r}"
+        data += part
+    head, body = data.split(b"\r\n\r\n", 1)
+    headers = {k.strip().lower().decode(): v.strip().decode()
+               for k, v in (line.split(b":", 1) for line in head.split(b"\r\n")[1:])}
+    while len(body) < int(headers["content-length"]):
+        body += sock.recv(65536)
+    return int(head.split()[1]), headers, json.loads(body)

@@ -1,7 +1,8 @@
 """A deliberately broken OpenAI server: the FAILING backend of the router's fault tests (never a good one).
 
 It speaks just enough HTTP/1.1 (on raw asyncio streams, so it can misbehave at the socket level)
-to pass health checks, then fails every completion request in the chosen way:
+to pass health checks, then fails every completion request in the chosen way (``slow`` alone answers
+correctly, at a pace a test controls: the stream a drain or a lost registry is seen through):
 
 - ``crash``: closes the connection after reading the request, before any response byte;
 - ``error500``: answers 500 with an error body;
@@ -10,7 +11,12 @@ to pass health checks, then fails every completion request in the chosen way:
 - ``flood``: starts a 200 SSE stream and writes events as fast as the socket takes them, up to
   ``FLOOD_BYTES`` (a runaway stream far faster than any client reads; a CPU vLLM makes ~18 tokens/s,
   too slow to show back-pressure). ``flood_sent[i]``: bytes of the i-th stream the router (and the
-  kernel's socket buffers) took so far.
+  kernel's socket buffers) took so far;
+- ``nodone``: starts a 200 SSE stream, sends two chunks, then ends the chunked body cleanly (the
+  terminating zero-size chunk) without ``data: [DONE]``: an engine that stopped without finishing;
+- ``slow``: a 200 SSE stream of ``slow_chunks`` chunks, one every ``slow_interval_s`` seconds, then
+  ``[DONE]``; the number of chunks a request asks for in ``max_tokens``, when given, overrides
+  ``slow_chunks`` (so one server can serve short and long streams). Correct, but slow: for drains.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import threading
 from contextlib import closing
 
 MODEL_ID = "broken-engine-model"
-MODES = ("crash", "error500", "hang", "drop", "flood")
+MODES = ("crash", "error500", "hang", "drop", "flood", "nodone", "slow")
 FLOOD_BYTES = 512 * 1024 * 1024
 
 
@@ -42,9 +48,12 @@ def _chunk(data: bytes) -> bytes:
 
 
 class BrokenEngine:
-    def __init__(self, mode: str, model_id: str = MODEL_ID) -> None:
+    def __init__(self, mode: str, model_id: str = MODEL_ID, *, slow_interval_s: float = 0.2,
+                 slow_chunks: int = 10_000) -> None:
         assert mode in MODES, mode
         self.mode = mode
+        self.slow_interval_s = slow_interval_s
+        self.slow_chunks = slow_chunks
         self.model_id = model_id
         self.port = free_port()
         self.completion_requests = 0
@@ -141,6 +150,8 @@ class BrokenEngine:
                 await writer.drain()
             await asyncio.sleep(0.05)
             writer.transport.abort()
+        elif self.mode in ("nodone", "slow"):
+            await self._stream_slowly(writer)
         elif self.mode == "flood":
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
             event = {"id": "x", "object": "chat.completion.chunk", "model": self.model_id,
@@ -154,3 +165,22 @@ class BrokenEngine:
                 self.flood_sent[stream] += len(block)
             writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
             await writer.drain()
+
+    async def _stream_slowly(self, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        if self.mode == "nodone":
+            texts = ["Hel", "lo"]
+        else:
+            count = (self.last_body or {}).get("max_tokens") or self.slow_chunks
+            texts = [f"t{i} " for i in range(count)]
+        for i, text in enumerate(texts):
+            if i and self.mode == "slow":
+                await asyncio.sleep(self.slow_interval_s)
+            event = {"id": "x", "object": "chat.completion.chunk", "model": self.model_id,
+                     "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+            writer.write(_chunk(f"data: {json.dumps(event)}\n\n".encode()))
+            await writer.drain()
+        if self.mode == "slow":
+            writer.write(_chunk(b"data: [DONE]\n\n"))
+        writer.write(b"0\r\n\r\n")  # the end of the chunked body: a clean end at the HTTP level
+        await writer.drain()

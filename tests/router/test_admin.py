@@ -12,10 +12,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from polyspec.router.admin.auth import COOKIE_NAME
+from tests.router.conftest import admin_post
 
 REPO = Path(__file__).resolve().parents[2]
 MTBENCH = REPO / "training" / "data" / "mtbench"
 LOOPBACK = ("127.0.0.1", 50123)
+BASE = "http://127.0.0.1:8000"  # TestClient's Host: one the admin answers (its default "testserver" is not)
 DEAD_URL = "http://127.0.0.1:9"  # discard port: nothing listens, connections are refused at once
 
 # Offline evaluations written to the registry (acceptance = P(>= i accepted), MAL = 1 + sum).
@@ -95,42 +97,42 @@ def with_token(monkeypatch):
 
 def test_without_token_only_loopback_clients_are_served(admin_registry, no_token):
     app = make_app(admin_registry)
-    with TestClient(app, client=("10.1.2.3", 40000)) as remote:
+    with TestClient(app, base_url=BASE, client=("10.1.2.3", 40000)) as remote:
         for path in ("/admin", "/admin/api/summary"):
             resp = remote.get(path)
             assert resp.status_code == 403, path
             assert "loopback" in resp.text
         assert remote.post("/admin/api/refresh").status_code == 403
-    with TestClient(app, client=LOOPBACK) as local:
+    with TestClient(app, base_url=BASE, client=LOOPBACK) as local:
         assert local.get("/admin").status_code == 200
         assert local.get("/admin/api/summary").status_code == 200
-    with TestClient(app, client=("::1", 40000)) as local6:
+    with TestClient(app, base_url=BASE, client=("::1", 40000)) as local6:
         assert local6.get("/admin/api/summary").status_code == 200
 
 
 def test_token_is_required_when_configured(admin_registry, with_token):
     app = make_app(admin_registry)
     # With a token configured even loopback clients must present it.
-    with TestClient(app, client=LOOPBACK) as c:
+    with TestClient(app, base_url=BASE, client=LOOPBACK) as c:
         missing = c.get("/admin/api/summary")
         assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
         assert missing.json()["error"]["message"] == "admin token required"
         assert c.get("/admin/api/summary", headers={"Authorization": "Bearer wrong"}).status_code == 401
         ok = c.get("/admin/api/summary", headers={"Authorization": f"Bearer {with_token}"})
         assert ok.status_code == 200 and ok.json()["router_id"] == "test-router"
-    with TestClient(app, client=("10.1.2.3", 40000)) as browser:
+    with TestClient(app, base_url=BASE, client=("10.1.2.3", 40000)) as browser:
         assert browser.get("/admin?token=wrong").status_code == 401
         page = browser.get(f"/admin?token={with_token}")
         assert page.status_code == 200
         assert browser.cookies.get(COOKIE_NAME) == with_token
         # The page's own fetches then carry the cookie, no header needed.
         assert browser.get("/admin/api/summary").status_code == 200
-        assert browser.post("/admin/api/refresh").status_code == 200
+        assert admin_post(browser, "/admin/api/refresh").status_code == 200
 
 
 def test_summary_reports_live_against_offline(admin_registry, no_token):
     app = make_app(admin_registry)
-    with TestClient(app, client=LOOPBACK) as c:
+    with TestClient(app, base_url=BASE, client=LOOPBACK) as c:
         feed_telemetry(app.state.runtime)
         s = c.get("/admin/api/summary").json()
     assert s["registry_error"] is None
@@ -153,7 +155,7 @@ def test_summary_reports_live_against_offline(admin_registry, no_token):
 
 def test_summary_lists_drafts_profiles_and_backends(admin_registry, no_token):
     app = make_app(admin_registry)
-    with TestClient(app, client=LOOPBACK) as c:
+    with TestClient(app, base_url=BASE, client=LOOPBACK) as c:
         s = c.get("/admin/api/summary").json()
     drafts = {row["language"]: row for row in s["drafts"]}
     assert drafts["ru"]["from_scratch"] is True and drafts["ru"]["plan"] == "from-scratch-custom-vocab"
@@ -177,12 +179,12 @@ def test_refresh_reloads_the_routing_table(admin_registry, base_draft_dir, no_to
     url = f"sqlite:///{tmp_path / 'registry.db'}"
     populate_registry(url, base_draft_dir, en_url=DEAD_URL, fr_url="http://127.0.0.1:10")
     app = make_app(url)
-    with TestClient(app, client=LOOPBACK) as c:
+    with TestClient(app, base_url=BASE, client=LOOPBACK) as c:
         assert len(c.get("/admin/api/backends").json()) == 2
         with open_registry(url) as reg:
             reg.deploy("en-chat@1", name="en-replica", url="http://127.0.0.1:11")
         assert len(c.get("/admin/api/backends").json()) == 2  # not yet: refresh interval is an hour
-        resp = c.post("/admin/api/refresh")
+        resp = admin_post(c, "/admin/api/refresh")
         assert resp.status_code == 200 and resp.json()["ok"] is True
         names = {b["name"] for b in c.get("/admin/api/backends").json()}
     assert names == {"en-general", "fr-general", "en-replica"}
@@ -190,7 +192,7 @@ def test_refresh_reloads_the_routing_table(admin_registry, base_draft_dir, no_to
 
 def test_dashboard_assets_are_local(admin_registry, no_token):
     app = make_app(admin_registry)
-    with TestClient(app, client=LOOPBACK) as c:
+    with TestClient(app, base_url=BASE, client=LOOPBACK) as c:
         html = c.get("/admin").text
         assets = [c.get(f"/admin/static/{name}") for name in ("admin.js", "charts.js", "admin.css")]
         assert c.get("/admin/static/..%2F__init__.py").status_code == 404

@@ -21,8 +21,9 @@ def _chat(text: str) -> dict:
                                        {"role": "user", "content": text}]}
 
 
-def _classify(body: dict, kind: str = "chat", headers: dict | None = None, pins: dict | None = None, threshold=0.5):
-    return classify(body, kind, headers or {}, pins or {}, {"en", "fr", "de"}, "en", threshold, 500)
+def _classify(body: dict, kind: str = "chat", headers: dict | None = None, pins: dict | None = None, threshold=0.5,
+              domains: tuple[str, ...] = ()):
+    return classify(body, kind, headers or {}, pins or {}, {"en", "fr", "de"}, "en", threshold, 500, domains=domains)
 
 
 def test_last_user_message_decides_language_not_the_system_prompt():
@@ -45,7 +46,7 @@ def test_code_and_urls_do_not_drown_the_prose_language():
 def test_pins_threshold_and_completions_prompt():
     body = _chat("Bonjour, je voudrais réserver une table pour deux personnes ce soir.")
     assert _classify(body, headers={"x-polyspec-language": "DE"}).language == "de"
-    pinned = _classify(body, pins={"language": "en", "domain": "legal"})
+    pinned = _classify(body, pins={"language": "en", "domain": "legal"}, domains=("legal",))  # a table's domain
     assert (pinned.language, pinned.domain, pinned.source, pinned.confidence) == ("en", "legal", "body", 1.0)
     short = _classify(_chat("salut"))  # fastText says fr with a low score
     assert (short.language, short.detected, short.source) == ("en", "fr", "fallback") and short.confidence < 0.5
@@ -67,17 +68,30 @@ def test_router_fields_and_headers_are_removed():
 
 
 def test_capture_writes_training_schema(tmp_path):
+    import asyncio
+
+    from polyspec.core.prompts import read_prompt_records
     from polyspec.router.capture import PromptCapture
 
-    cap = PromptCapture(tmp_path / "capture", "r1")
-    assert cap.write("fr", "general", "Bonjour à tous")
-    assert cap.write("fr", "code", "Corrige ce code")
-    assert not cap.write("../etc", "general", "x")  # not a language code: never a path
+    async def capture() -> dict:
+        cap = PromptCapture(tmp_path / "capture", "r1")
+        cap.start()
+        cap.submit("fr", "general", "Bonjour à tous")
+        cap.submit("fr", "code", "Corrige ce code")
+        cap.submit("../etc", "general", "x")  # not a language code: never a path
+        await cap.stop()
+        return cap.stats()
+
+    stats = asyncio.run(capture())
+    assert stats["written"] == 2 and stats["dropped"] == {"unsafe_language": 1}
     lines = (tmp_path / "capture" / "fr.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]
     assert [r["prompt"] for r in records] == ["Bonjour à tous", "Corrige ce code"]
     assert set(records[0]) == {"id", "lang", "domain", "prompt", "source", "license"}
     assert records[0]["id"] != records[1]["id"] and records[1]["domain"] == "code"
+    assert records[0]["source"] == "polyspec-router:r1"
+    # The file is a training prompts file as it is.
+    assert [r.text for r in read_prompt_records(tmp_path / "capture" / "fr.jsonl")] == [r["prompt"] for r in records]
 
 
 def test_langid_cli_json_contract():

@@ -25,7 +25,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.router.conftest import SERVED, ServedApp, add_draft, chat, router_config, serve_router, wait_for
+from tests.router.conftest import (
+    SERVED, ServedApp, add_draft, admin_post, chat, router_config, serve_router, wait_for,
+)
 from tests.router.fakes import BrokenEngine
 
 pytestmark = pytest.mark.integration
@@ -179,7 +181,7 @@ def test_registry_locked_then_deleted_router_keeps_serving(deployed, verifier, e
             locker.wait(10)
         assert wait_for(lambda: _registry_requests(registry_url) == 4, 10)
 
-        # Deleted (a backup kept): the refresh fails loudly, the last table keeps serving.
+        # Deleted (a backup kept): the refresh fails loudly, the last table keeps serving, /ready says why.
         backup = tmp_path / "backup.db"
         with closing(sqlite3.connect(path)) as live, closing(sqlite3.connect(backup)) as copy:
             live.backup(copy)
@@ -187,9 +189,11 @@ def test_registry_locked_then_deleted_router_keeps_serving(deployed, verifier, e
             path.with_name(path.name + suffix).unlink(missing_ok=True)
         caplog.clear()
         assert wait_for(lambda: "missing" in (rt.last_refresh_error or ""), 10)
-        ready = httpx.get(f"{router.url}/ready").json()
-        assert ready["ready"] and ready["pools"] == 2 and "missing" in ready["last_refresh_error"]
-        refresh = httpx.post(f"{router.url}/admin/api/refresh")
+        ready = httpx.get(f"{router.url}/ready")
+        assert ready.status_code == 503 and "polyspec registry init" in ready.json()["reason"]
+        assert ready.json()["pools"] == 2 and "missing" in ready.json()["last_refresh_error"]
+        with httpx.Client(base_url=router.url, timeout=30) as admin:
+            refresh = admin_post(admin, "/admin/api/refresh")
         assert refresh.status_code == 503 and "routing table refresh failed" in refresh.json()["error"]["message"]
         serve_both()
         assert wait_for(lambda: "could not persist live stats" in caplog.text, 10)
@@ -204,7 +208,9 @@ def test_registry_locked_then_deleted_router_keeps_serving(deployed, verifier, e
             ref = add_draft(reg, engines["en"][1], verifier.name, "de-draft", ["de"], {"de": 1.5})
             reg.deploy(ref, name="de-engine", url=engines["en"][0])
         assert wait_for(lambda: rt.last_refresh_error is None and len(rt.table.pools) == 3, 10)
-        assert httpx.post(f"{router.url}/admin/api/refresh").status_code == 200
+        assert httpx.get(f"{router.url}/ready").status_code == 200
+        with httpx.Client(base_url=router.url, timeout=30) as admin:
+            assert admin_post(admin, "/admin/api/refresh").status_code == 200
         resp = chat(router.url, DE_TEXT)
         assert resp.status_code == 200 and resp.headers["x-polyspec-backend"] == "de-engine", resp.text
         # The stats of the requests served while the file was gone reached the restored registry.

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.router.conftest import chat, openai_error, serve_router, wait_for
+from tests.router.conftest import chat, openai_error, post_head, read_raw_response, serve_router, wait_for
 from tests.router.fakes import FLOOD_BYTES, BrokenEngine
 
 MiB = 1024 * 1024
@@ -31,51 +31,29 @@ def _raw_request(port: int, head: bytes, body: bytes = b"", rcvbuf: int | None =
     return sock
 
 
-def _post_head(path: str, **headers: str | int) -> bytes:
-    lines = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json"]
-    lines += [f"{k.replace('_', '-')}: {v}" for k, v in headers.items()]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode()
-
-
-def _read_response(sock: socket.socket, timeout: float = 10) -> tuple[int, dict]:
-    """Status and JSON body of a Content-Length response read off a raw socket."""
-    sock.settimeout(timeout)
-    data = b""
-    while b"\r\n\r\n" not in data:
-        part = sock.recv(65536)
-        assert part, f"connection closed after {data!r}"
-        data += part
-    head, body = data.split(b"\r\n\r\n", 1)
-    length = int(next(v for k, v in (line.split(b":", 1) for line in head.split(b"\r\n")[1:])
-                      if k.strip().lower() == b"content-length"))
-    while len(body) < length:
-        body += sock.recv(65536)
-    return int(head.split()[1]), json.loads(body)
-
-
 def test_huge_body_gets_413_without_being_read(error500, registry_url):
-    """A 20 MB JSON body against the default limit (RouterConfig.max_body_bytes, 4 MiB): an OpenAI-style 413
+    """A 20 MB JSON body against the default limit (RouterConfig.max_body_bytes, 1 MiB): an OpenAI-style 413
     at once. With a Content-Length the router answers before one body byte is sent; without one (chunked)
     it stops at the limit, so the rest of the body is never needed. The router stays healthy."""
     with serve_router(registry_url, fail_threshold=100) as router:
         limit = router.runtime.config.max_body_bytes
         big = json.dumps({"model": "polyspec", "messages": [{"role": "user", "content": "x" * (20 * MiB)}]}).encode()
-        assert limit == 4 * MiB and len(big) > 4 * limit
+        assert limit == MiB and len(big) > 4 * limit
 
         started = time.perf_counter()
         err = openai_error(httpx.post(f"{router.url}/v1/chat/completions", content=big, timeout=30), 413)
         assert err["code"] == "request_too_large" and err["type"] == "invalid_request_error"
         assert time.perf_counter() - started < 5
 
-        with _raw_request(router.port, _post_head("/v1/chat/completions", content_length=len(big))) as sock:
-            status, body = _read_response(sock)  # not one body byte sent
+        with _raw_request(router.port, post_head("/v1/chat/completions", content_length=len(big))) as sock:
+            status, _, body = read_raw_response(sock)  # not one body byte sent
         assert status == 413 and body["error"]["code"] == "request_too_large"
 
         piece = b"x" * 65536
         chunk = f"{len(piece):x}\r\n".encode() + piece + b"\r\n"
-        with _raw_request(router.port, _post_head("/v1/completions", transfer_encoding="chunked"),
+        with _raw_request(router.port, post_head("/v1/completions", transfer_encoding="chunked"),
                           chunk * (limit // len(piece) + 1)) as sock:  # just over the limit, no final chunk
-            status, body = _read_response(sock)
+            status, _, body = read_raw_response(sock)
         assert status == 413 and body["error"]["code"] == "request_too_large"
 
         assert httpx.get(f"{router.url}/health").status_code == 200
@@ -131,7 +109,7 @@ def test_slow_stream_reader_is_back_pressured_and_released(registry, registry_ur
             closed = fake.connections_closed_by_peer
 
             payload = json.dumps(STREAM_BODY).encode()
-            slow = _raw_request(router.port, _post_head("/v1/chat/completions", content_length=len(payload)),
+            slow = _raw_request(router.port, post_head("/v1/chat/completions", content_length=len(payload)),
                                 payload, rcvbuf=4096)
             try:
                 slow.settimeout(10)

@@ -142,11 +142,14 @@
   document.getElementById("refresh-table").addEventListener("click", function (ev) {
     var btn = ev.currentTarget;
     btn.disabled = true;
-    fetch(refreshUrl, { method: "POST", credentials: "same-origin" })
+    // State-changing admin calls take a JSON body and the page's CSRF token (the server's double-submit check).
+    fetch(refreshUrl, { method: "POST", credentials: "same-origin", body: "{}",
+                        headers: { "Content-Type": "application/json", "X-CSRF-Token": root.dataset.csrf || "" } })
       .then(function (r) { return r.json().then(function (body) { return { ok: r.ok, body: body }; }); })
       .then(function (res) {
+        var err = res.body.error ? res.body.error.message : res.body.detail;
         statusEl.textContent = res.ok ? "routing table refreshed (" + res.body.backends + " backends)"
-                                      : "refresh failed: " + (res.body.detail || "error");
+                                      : "refresh failed: " + (err || "error");
         return load();
       })
       .catch(function (e) { statusEl.textContent = "refresh failed: " + e.message; })

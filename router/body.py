@@ -1,0 +1,230 @@
+"""Request bodies: decode, read the few fields the router needs, re-encode for the engine.
+
+A body may be megabytes of JSON shaped to be expensive (100,000 messages, 150,000 content parts, a
+prompt of 600,000 token ids). The router decodes only the top level, into ``msgspec.Raw`` slices: a
+C-speed scan that builds no object per message or part. It then decodes just what it reads, from a
+bounded number of items (the last ``MESSAGES_READ`` messages, the first and last ``PARTS_READ`` content
+parts), and re-encodes the body by copying the untouched slices. The cost on the event loop is one
+linear scan plus a constant; bench/hostile.py measures it for each shape.
+
+What msgspec refuses (NaN, huge integers, deep nesting, lone surrogate escapes, invalid JSON) goes
+through `parse_json_body`, which keeps ``json``'s leniency and its error messages, as before.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from polyspec.router.errors import BadRequest
+
+MESSAGES_READ = 64  # the last user message is looked for among this many messages from the end
+PARTS_READ = 64  # text is taken from this many content parts at each end of a message
+SMALL_FIELD_BYTES = 4096  # model, stream, stream_options, polyspec: no legitimate value is larger
+
+Body = dict[str, Any]  # top-level values are msgspec.Raw slices (strict bodies) or decoded values
+
+_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_ITEMS = msgspec.json.Decoder(list[msgspec.Raw])
+# What a Raw slice would carry through unread, though Python (the router's json path, and vLLM) refuses it:
+# a \uD800-\uDFFF escape (a lone one cannot be encoded) and an integer of more than 4,300 digits. A body
+# holding either (or, harmlessly, a string that looks like one) takes json's path, which judges it. Both
+# checks are linear C scans (about 1 ms per MB): a regex for long digit runs would backtrack.
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+_DIGITS_AS_ZERO = bytes(48 if 48 <= i <= 57 else 32 for i in range(256))
+_HUGE_INT = b"0" * 4300
+
+
+def _needs_json_path(raw: bytes) -> bool:
+    if b"\\u" in raw and _SURROGATE.search(raw) is not None:
+        return True
+    return _HUGE_INT in raw.translate(_DIGITS_AS_ZERO)
+
+
+class _Message(msgspec.Struct):
+    role: Any = None
+    content: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class _Part(msgspec.Struct):
+    type: Any = None
+    text: Any = None
+
+
+_NOTHING = object()
+_MESSAGE = msgspec.json.Decoder(_Message)
+_PART = msgspec.json.Decoder(_Part)
+
+
+def parse_json_body(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object (``json``'s reading of it), or a BadRequest that says what is wrong."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequest(f"Request body is not valid UTF-8 (byte {exc.start}).") from None
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadRequest(f"Request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}.") from None
+    except RecursionError:
+        raise BadRequest("Request body is not acceptable JSON: nested too deeply.") from None
+    except ValueError as exc:  # valid JSON Python will not read, e.g. an integer of more than 4300 digits
+        raise BadRequest(f"Request body is not acceptable JSON: {exc}.") from None
+    if not isinstance(body, dict):
+        raise BadRequest("Request body must be a JSON object.")
+    try:
+        json.dumps(body, ensure_ascii=False).encode()
+    except UnicodeEncodeError:  # a lone surrogate escape (\ud800): no engine can be sent that
+        raise BadRequest("Request body is not acceptable JSON: a string holds a lone surrogate escape.") from None
+    return body
+
+
+def decode_body(raw: bytes) -> tuple[Body, bool]:
+    """The body and whether it is strict JSON (its top-level values are then ``msgspec.Raw`` slices, and
+    `encode_body` copies them); a non-strict body is fully decoded by `parse_json_body`."""
+    if not _needs_json_path(raw):
+        try:
+            return _TOP.decode(raw), True
+        except msgspec.ValidationError:  # valid JSON, but not an object
+            raise BadRequest("Request body must be a JSON object.") from None
+        except (msgspec.DecodeError, RecursionError):
+            pass
+    return parse_json_body(raw), False
+
+
+def encode_body(body: Mapping[str, Any], strict: bool) -> bytes:
+    if strict:
+        return msgspec.json.encode(body)
+    return json.dumps(body, ensure_ascii=False).encode()
+
+
+def _decode(value: Any, what: str) -> Any:
+    """A top-level value as Python (a Raw slice decoded; a value of a non-strict body as it is)."""
+    if not isinstance(value, msgspec.Raw):
+        return value
+    if len(value) > SMALL_FIELD_BYTES:
+        raise BadRequest(f"'{what}' is too large ({len(value)} bytes; at most {SMALL_FIELD_BYTES}).", param=what)
+    return msgspec.json.decode(value)
+
+
+def field(body: Mapping[str, Any], name: str, default: Any = None) -> Any:
+    """A small top-level field (model, stream, stream_options, the router's own field), decoded."""
+    value = body.get(name, default)
+    return default if value is None else _decode(value, name)
+
+
+def pop_router_fields(body: dict[str, Any], key: str) -> dict[str, Any]:
+    """Remove the router's own body field ``key`` and return it; it must be an object when present."""
+    fields = _decode(body.pop(key, None), key)
+    if fields is None:
+        return {}
+    if not isinstance(fields, dict):
+        raise BadRequest(f"'{key}' must be an object like {{\"language\": \"fr\"}}.", param=key)
+    return fields
+
+
+def _items(value: Any, what: str) -> list[Any]:
+    """A JSON array as a list of Raw slices (strict) or values (non-strict); anything else is a 400."""
+    if isinstance(value, msgspec.Raw):
+        try:
+            return _ITEMS.decode(value)
+        except msgspec.ValidationError:
+            pass
+    elif isinstance(value, list):
+        return value
+    raise BadRequest(f"'{what}' must be an array.", param=what)
+
+
+def _message(item: Any) -> tuple[Any, Any]:
+    """(role, content) of one message: a Raw slice of a strict body, or a dict of a non-strict one."""
+    if isinstance(item, msgspec.Raw):
+        message = _MESSAGE.decode(item)
+        return message.role, message.content
+    if isinstance(item, dict):
+        return item.get("role"), item.get("content")
+    raise msgspec.ValidationError("not an object")
+
+
+def _part_text(item: Any) -> str | None:
+    if isinstance(item, msgspec.Raw):
+        try:
+            part = _PART.decode(item)
+        except msgspec.ValidationError:
+            return None
+        kind, text = part.type, part.text
+    elif isinstance(item, dict):
+        kind, text = item.get("type"), item.get("text")
+    else:
+        return None
+    return text if kind == "text" and isinstance(text, str) else None
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, msgspec.Raw):
+        if len(content) == 0 or memoryview(content)[0] not in b'"[':
+            return ""
+        content = msgspec.json.decode(content) if memoryview(content)[0] == ord('"') else _ITEMS.decode(content)
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: keep the text ones, from both ends of a long list
+        picked = content if len(content) <= 2 * PARTS_READ else content[:PARTS_READ] + content[-PARTS_READ:]
+        return "\n".join(t for t in map(_part_text, picked) if t is not None)
+    return ""
+
+
+def _chat_text(messages: list[Any]) -> str:
+    if not messages:
+        raise BadRequest("'messages' is required and must be a non-empty array.", param="messages")
+    last: Any = _NOTHING
+    for item in messages[-1:-MESSAGES_READ - 1:-1]:
+        try:
+            role, content = _message(item)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            raise BadRequest("Each message must be an object.", param="messages") from None
+        if role == "user":
+            return _content_text(content)
+        last = content if last is _NOTHING else last  # the last message's, if no user message is near the end
+    return _content_text(last)
+
+
+def prompt_text(body: Mapping[str, Any], kind: str) -> str:
+    """The text to classify: the last user message (chat; among the last `MESSAGES_READ`, else the last
+    message) or the prompt (completions; the last string of a list). Also validates the fields the router
+    itself depends on."""
+    try:
+        if kind == "chat":
+            messages = body.get("messages")
+            if messages is None:
+                raise BadRequest("'messages' is required and must be a non-empty array.", param="messages")
+            return _chat_text(_items(messages, "messages"))
+        return _completion_text(body.get("prompt"))
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:  # a strict body's part of an odd shape
+        raise BadRequest(f"Request body has an unexpected shape: {exc}.") from None
+
+
+def _completion_text(prompt: Any) -> str:
+    if prompt is None:
+        raise BadRequest("'prompt' is required.", param="prompt")
+    if isinstance(prompt, msgspec.Raw):
+        first = memoryview(prompt)[0] if len(prompt) else 0
+        if first == ord('"'):
+            return msgspec.json.decode(prompt)
+        if first != ord("["):
+            raise BadRequest("'prompt' must be a string or an array.", param="prompt")
+        if b'"' not in bytes(prompt):  # a memcpy and a memchr
+            return ""  # no string in it: token ids, which carry no text to classify (and are not decoded)
+        prompt = _ITEMS.decode(prompt)
+    if isinstance(prompt, str):
+        return prompt
+    if not isinstance(prompt, list):
+        raise BadRequest("'prompt' must be a string or an array.", param="prompt")
+    for item in reversed(prompt[-MESSAGES_READ:]):
+        if isinstance(item, msgspec.Raw) and len(item) and memoryview(item)[0] == ord('"'):
+            return msgspec.json.decode(item)
+        if isinstance(item, str):
+            return item
+    return ""

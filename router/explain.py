@@ -1,0 +1,426 @@
+"""`polyspec route explain`: what the router would do with one request, and why.
+
+It reads an OpenAI request body on stdin (and headers given with ``--header``), loads the registry the way
+a freshly started router does (routing table from the active deployments, live acceptance from every
+router's shared stats), then runs the router's own steps, in the router's order: ``decode_body``,
+``pop_router_fields``, the model filter, ``classify``, ``candidate_pools`` and ``plan_attempts``. Nothing
+here re-implements a routing rule, so explain cannot disagree with the router; when one of those
+functions changes (pin normalisation, say), explain follows.
+
+What it cannot know offline is replica health and which engine serves which model: without ``--probe``
+every replica counts as healthy (as in a router that has not probed yet) and in-flight counts are zero.
+``--probe`` runs the router's own health probe once per replica (``/health``, then ``/v1/models``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Optional
+
+import typer
+
+from polyspec.core.acceptance import mean_acceptance_length
+from polyspec.core.cli import PolyspecTyper
+from polyspec.core.errors import InvalidInput
+
+# Every `polyspec` command mounts this module, so the router's own modules (fastapi, aiohttp, msgspec,
+# prometheus: 0.3 s) are imported inside the functions that use them, as router/cli.py does.
+if TYPE_CHECKING:
+    from polyspec.router.classify import Decision
+    from polyspec.router.config import RouterConfig
+    from polyspec.router.errors import RouterError
+    from polyspec.router.policy import Target
+    from polyspec.router.runtime import RouterRuntime
+    from polyspec.router.table import Pool, RoutingTable
+
+ENDPOINTS = ("chat", "completions")
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an HTTP header name (RFC 9110 token)
+
+app = PolyspecTyper(name="route", help="Inspect routing decisions.", no_args_is_help=True)
+
+
+@dataclass
+class PoolFigures:
+    """One candidate pool as the policy saw it, for the request's language and domain."""
+
+    rank: int
+    tier: str  # which fallback step offered it: "language+domain", "language", "default" or "model"
+    pool: str
+    draft: str
+    languages: list[str]
+    domain: str
+    is_default: bool
+    offline_mal: float | None
+    live_mal: float | None
+    live_spec_steps: int
+    blended_mal: float | None  # router.policy.blended_mal: the figure pools are ranked by
+    replicas: list[dict[str, Any]]
+
+
+@dataclass
+class Explanation:
+    endpoint: str
+    registry: str
+    model: Any
+    settings: dict[str, Any]
+    decision: dict[str, Any]
+    table_pools: int
+    pools: list[PoolFigures]
+    attempts: list[dict[str, str]]
+    chosen: dict[str, str] | None
+    health: str  # "assumed" (not probed) or "probed"
+    outcome: dict[str, Any]  # {"status": 200} or the OpenAI error the router would answer
+    reason: str
+    notes: list[str] = field(default_factory=list)
+
+
+# --- input ---------------------------------------------------------------------------------------
+def read_limited(stream: Any, limit: int) -> bytes:
+    """At most ``limit`` bytes of ``stream``; more is refused, as the router refuses (413) a larger body."""
+    raw = stream.read(limit + 1)
+    if len(raw) > limit:
+        raise InvalidInput(f"the request body is over {limit} bytes, the router's limit (max_body_bytes); "
+                           "the router would answer 413 request_too_large",
+                           hint="raise POLYSPEC_ROUTER_MAX_BODY_BYTES if such bodies are expected")
+    return raw
+
+
+def parse_headers(items: list[str]) -> dict[str, str]:
+    """``K:V`` strings as the router sees headers: names lower-cased, the last of a repeated name wins."""
+    headers: dict[str, str] = {}
+    for item in items:
+        name, colon, value = item.partition(":")
+        name = name.strip()
+        if not colon or not _TOKEN.fullmatch(name):
+            raise InvalidInput(f"--header {item!r} is not NAME:VALUE (e.g. 'X-Polyspec-Language: fr')")
+        headers[name.lower()] = value.strip()
+    return headers
+
+
+def endpoint_of(body: Mapping[str, Any], endpoint: str | None) -> str:
+    """The endpoint given, else completions for a body with a prompt and no messages, else chat."""
+    if endpoint is not None:
+        if endpoint not in ENDPOINTS:
+            raise InvalidInput(f"--endpoint must be one of {', '.join(ENDPOINTS)}, not {endpoint!r}")
+        return endpoint
+    return "completions" if "prompt" in body and "messages" not in body else "chat"
+
+
+# --- the router's state, as a fresh router builds it ---------------------------------------------
+class _RegistrySnapshot:
+    """A TableSource over a registry opened with ``create=False``: explain never makes a registry appear."""
+
+    def __init__(self, registry: Any) -> None:
+        self.registry = registry
+
+    def deployments(self) -> list[Any]:
+        return list(self.registry.active_deployments())
+
+    def live_stats(self) -> list[Any]:
+        from polyspec.router.table import to_live_row
+
+        return [to_live_row(row) for row in self.registry.live_stats()]
+
+    def record_live_stats(self, router_id: str, rows: Any) -> None:  # explain never flushes: never called
+        raise RuntimeError("route explain is read-only")
+
+
+def load_runtime(config: RouterConfig) -> RouterRuntime:
+    """A router runtime holding the registry's table and shared live stats; raises RegistryMissing."""
+    from polyspec.registry import open_registry
+    from polyspec.router.runtime import RouterRuntime
+    from polyspec.router.table import build_table
+    from polyspec.router.telemetry import merge_rows
+
+    registry = open_registry(config.registry_url, create=False)
+    try:
+        source = _RegistrySnapshot(registry)
+        rt = RouterRuntime(config, source)
+        rt.table = build_table(source.deployments(), rt.default_language)
+        rt.backends.sync([(r.name, r.url) for r in rt.table.replicas()])
+        rt.telemetry.set_shared(merge_rows(source.live_stats()))
+    finally:
+        registry.close()
+    return rt
+
+
+async def _probe(rt: RouterRuntime) -> None:
+    try:
+        await rt.backends.probe_all()
+    finally:
+        await rt.backends.aclose()
+
+
+# --- the decision ---------------------------------------------------------------------------------
+def _tier(table: RoutingTable, pool: Pool, language: str, domain: str) -> str:
+    from polyspec.router.policy import GENERAL
+
+    if any(p.key == pool.key for p in table.pools_for(language, domain)):
+        return "language+domain"
+    if domain != GENERAL and any(p.key == pool.key for p in table.pools_for(language, GENERAL)):
+        return "language"
+    if any(p.key == pool.key for p in table.default_pools()):
+        return "default"
+    return "model"
+
+
+def _figures(rt: RouterRuntime, pools: list[Pool], d: Decision, serving: frozenset[str] | None) -> list[PoolFigures]:
+    from polyspec.router.policy import blended_mal
+
+    live, prior = rt.telemetry.live_lookup(), rt.config.prior_spec_steps
+    out = []
+    for rank, pool in enumerate(pools, 1):
+        row = live.get((d.language, d.domain, pool.draft))
+        steps = row.num_spec_steps if row else 0
+        replicas = [{"name": r.name, "url": r.url, "healthy": rt.backends.is_healthy(r.url),
+                     "serves_model": serving is None or r.url in serving} for r in pool.replicas]
+        out.append(PoolFigures(
+            rank, _tier(rt.table, pool, d.language, d.domain), pool.key, pool.draft, list(pool.languages),
+            pool.domain, pool.is_default, pool.offline_mal.get(d.language),
+            mean_acceptance_length(row.num_accepted_tokens, steps) if row else None, steps,
+            blended_mal(pool, d.language, d.domain, live, prior), replicas))
+    return out
+
+
+def decide(rt: RouterRuntime, raw: bytes, headers: dict[str, str], endpoint: str | None,
+           probed: bool) -> Explanation:
+    """Run the router's own decision (`router.routing.route`, what proxy.prepare runs) on one request body and
+    explain the outcome. A request the router answers 400 raises its BadRequest."""
+    from polyspec.router.body import decode_body, field
+    from polyspec.router.errors import BadRequest, NoBackend, RouterError
+    from polyspec.router.routing import model_filter, route
+
+    kind = endpoint_of(decode_body(raw)[0], endpoint)
+    notes: list[str] = []
+    refused: list[RouterError] = []
+
+    def serving_of(rt_: RouterRuntime, model: Any) -> frozenset[str] | None:
+        try:
+            return model_filter(rt_, model)
+        except BadRequest:
+            raise
+        except RouterError as exc:  # the model is no alias, and no probed engine serves it (404 / 503)
+            if probed:
+                refused.append(exc)
+            else:
+                notes.append(f"model {model!r} is not a router alias: the router sends it only to replicas "
+                             "whose engine serves it; without --probe explain cannot tell which, so all are shown")
+            return None
+
+    routing = route(rt, raw, headers, kind, serving_of=serving_of)
+    c, d, pins, serving = rt.config, routing.decision, routing.pins, routing.serving
+    model = field(routing.body, "model")
+    outcome_error: RouterError | None = refused[0] if refused else None
+    model_refused = bool(refused)
+    pools = [] if outcome_error else routing.pools
+    targets = [] if outcome_error else routing.targets
+    figures = _figures(rt, pools, d, serving)
+    if not targets and outcome_error is None:  # the very error proxy.prepare raises then
+        outcome_error = NoBackend(f"No healthy engine for language '{d.language}' (domain '{d.domain}') "
+                                  "nor in the default pool.")
+    outcome = {"status": 200} if outcome_error is None else {
+        "status": outcome_error.status, **outcome_error.body()["error"]}
+    if targets and len(targets[0].pool.replicas) > 1:
+        notes.append("the chosen pool has several replicas: the router sends each request to the one with the "
+                     "fewest requests in flight, rotating between idle ones, so another replica may get it")
+    if not probed and figures:
+        notes.append("replica health was not probed: every replica is assumed healthy, as a router assumes before "
+                     "its first probe (--probe checks each one's /health)")
+    pinned_domain = bool(headers.get("x-polyspec-domain") or pins.get("domain"))
+    return Explanation(
+        endpoint=kind, registry="", model=model,
+        settings={"language_threshold": c.language_threshold, "default_language": rt.default_language,
+                  "prior_spec_steps": c.prior_spec_steps, "max_attempts": c.max_attempts},
+        decision={"language": d.language, "confidence": round(d.confidence, 4), "detected": d.detected,
+                  "source": d.source, "domain": d.domain, "domain_pinned": pinned_domain,
+                  "stats_language": d.stats_language},
+        table_pools=len(rt.table.pools), pools=figures,
+        attempts=[_target(t) for t in targets], chosen=_target(targets[0]) if targets else None,
+        health="probed" if probed else "assumed", outcome=outcome,
+        reason=reason(d, pinned_domain, figures, targets, outcome_error, rt, probed, model_refused), notes=notes)
+
+
+def _target(t: Target) -> dict[str, str]:
+    return {"pool": t.pool.key, "draft": t.pool.draft, "replica": t.replica.name, "url": t.replica.url}
+
+
+# --- the reason, in words --------------------------------------------------------------------------
+def _language_words(d: Decision, threshold: float) -> str:
+    if d.source == "header":
+        return f"{d.language} pinned by the X-Polyspec-Language header"
+    if d.source == "body":
+        return f"{d.language} pinned by the body's polyspec.language field"
+    if d.source == "langid":
+        return f"langid detected {d.language} with confidence {d.confidence:.2f} (threshold {threshold:.2f})"
+    if d.detected is None:
+        return f"no text to identify, so the default language {d.language} (live stats count it as und)"
+    return (f"langid was unsure ({d.detected} at {d.confidence:.2f}, below the threshold {threshold:.2f}), "
+            f"so the default language {d.language} (live stats count it as und)")
+
+
+def _score_words(f: PoolFigures, prior: int) -> str | None:
+    """The figure the pool ranked by, with where it comes from; None when it has none."""
+    if f.offline_mal is not None and f.live_spec_steps:
+        return (f"blended MAL {f.blended_mal:.2f} (offline {f.offline_mal:.2f} over {prior} prior steps, "
+                f"live {f.live_mal:.2f} over {f.live_spec_steps} steps)")
+    if f.offline_mal is not None:
+        return f"offline MAL {f.offline_mal:.2f} (no live steps yet)"
+    if f.blended_mal is not None:
+        return f"live MAL {f.live_mal:.2f} over {f.live_spec_steps} steps (no offline figure)"
+    return None
+
+
+_TIER_WORDS = {
+    "language+domain": "serves {lang}/{dom}",
+    "language": "no pool serves {lang}/{dom}, so {lang}/general",
+    "default": "no pool serves {lang}, so the default pool",
+    "model": "no pool of the language or default pool serves the model, so any pool that does",
+}
+
+
+def reason(d: Decision, pinned_domain: bool, figures: list[PoolFigures], targets: list[Target],
+           error: RouterError | None, rt: RouterRuntime, probed: bool, model_refused: bool = False) -> str:
+    """Why the router routes (or refuses) the request, in one paragraph an operator can act on."""
+    parts = [_language_words(d, rt.config.language_threshold),
+             f"domain {d.domain} {'pinned' if pinned_domain else 'detected from the text'}"]
+    if model_refused and error is not None:
+        parts.append(f"but the model is refused: {error.message}")
+    elif not rt.table.pools:
+        parts.append("the registry has no active deployment with a URL, so there are no pools")
+    elif not figures:
+        parts.append(f"no pool serves {d.language} (domain {d.domain}) and there is no default pool")
+    elif not targets:
+        parts.append(f"{len(figures)} candidate pool(s), but no replica passed its health probe")
+    if not targets:
+        status, code = (error.status, error.code) if error is not None else (503, "no_healthy_backend")
+        return "; ".join(parts) + f"; the router would answer {status} {code}."
+    chosen = next(f for f in figures if f.pool == targets[0].pool.key)
+    tier = _TIER_WORDS[chosen.tier].format(lang=d.language, dom=d.domain)
+    score = _score_words(chosen, rt.config.prior_spec_steps)
+    in_tier = sum(1 for f in figures if f.tier == chosen.tier)
+    if chosen.rank > 1:
+        parts.append(f"pool {chosen.pool} ({tier}), ranked {chosen.rank} with "
+                     f"{score or f'no MAL figure for {d.language}'}, is the first with a healthy replica")
+    elif in_tier == 1:
+        parts.append(f"pool {chosen.pool} ({tier}) is the only candidate there, with "
+                     f"{score or f'no MAL figure for {d.language}, offline or live'}")
+    else:
+        parts.append(f"pool {chosen.pool} ({tier}) ranks first of {in_tier} by "
+                     f"{score or f'name (none of them has a MAL figure for {d.language})'}")
+    health = "health probed" if probed else "health assumed, not probed"
+    parts.append(f"replica {targets[0].replica.name} ({targets[0].replica.url}) gets it ({health})")
+    return "; ".join(parts) + "."
+
+
+# --- output -----------------------------------------------------------------------------------------
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def render(e: Explanation) -> None:
+    """The decision as a rich table plus the reason (polyspec.core.console: fixed width off a terminal)."""
+    from rich.table import Table
+
+    from polyspec.core.console import console
+
+    out = console()
+    d = e.decision
+    detected = d["detected"] or "-"
+    out.print(f"[bold]{e.endpoint}[/] request for model {e.model!r}, registry {e.registry}")
+    out.print(f"language [bold]{d['language']}[/] (source {d['source']}, confidence {d['confidence']:.4f}, "
+              f"detected {detected}); domain [bold]{d['domain']}[/]")
+    if not e.table_pools:
+        out.print("[yellow]The registry has no pools (no active deployment with a URL).[/]")
+    if e.pools:
+        table = Table(title=f"Candidate pools for {d['language']}/{d['domain']}, in the router's order")
+        lang = d["language"]
+        for name in ("#", "tier", "pool", "languages", "domain", "default", f"offline MAL ({lang})", "live MAL",
+                     "live steps", "blended MAL", "replicas"):
+            table.add_column(name, justify="right" if "MAL" in name or name in ("#", "live steps") else "left")
+        for f in e.pools:
+            replicas = ", ".join(f"{r['name']}{'' if r['healthy'] else ' (down)'}" for r in f.replicas)
+            table.add_row(str(f.rank), f.tier, f.pool, ",".join(f.languages), f.domain, "yes" if f.is_default else "",
+                          _num(f.offline_mal), _num(f.live_mal), str(f.live_spec_steps), _num(f.blended_mal), replicas)
+        out.print(table)
+    if e.chosen:
+        tries = " → ".join(f"{a['replica']} ({a['url']})" for a in e.attempts)
+        out.print(f"chosen: pool [bold]{e.chosen['pool']}[/], replica [bold]{e.chosen['replica']}[/] "
+                  f"({e.chosen['url']}); failover order: {tries}")
+    else:
+        out.print(f"[red]the router would answer {e.outcome['status']} {e.outcome.get('code')}[/]: "
+                  f"{e.outcome.get('message')}")
+    out.print(f"reason: {e.reason}", highlight=False)
+    for note in e.notes:
+        out.print(f"note: {note}", highlight=False, style="dim")
+
+
+def _config(registry: str | None, threshold: float | None, probe_timeout: float | None) -> RouterConfig:
+    from polyspec.router.config import RouterConfig
+
+    overrides = {"registry_url": registry, "language_threshold": threshold, "health_timeout_s": probe_timeout}
+    # One probe decides (fail_threshold=1): the router itself waits for fail_threshold failures in a row.
+    return RouterConfig(**{k: v for k, v in overrides.items() if v is not None}, fail_threshold=1, capture=False)
+
+
+def _shown_url(config: RouterConfig) -> str:
+    from sqlalchemy.engine import make_url
+
+    from polyspec.core.settings import get_settings
+
+    url = config.registry_url or get_settings().resolved_registry_url
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - opening it already failed with a clear error, or will
+        return url
+
+
+@app.command("explain")
+def explain(
+    header: list[str] = typer.Option([], "--header", "-H", help="A request header, NAME:VALUE (repeatable)."),
+    endpoint: Optional[str] = typer.Option(
+        None, "--endpoint", help="chat or completions (default: completions for a body with 'prompt' and no "
+        "'messages', else chat)."),
+    registry: Optional[str] = typer.Option(None, "--registry", help="Registry URL (default: POLYSPEC_REGISTRY_URL)."),
+    threshold: Optional[float] = typer.Option(None, help="Langid confidence below which prompts go to the default pool."),
+    probe: bool = typer.Option(False, "--probe", help="Probe each replica's /health (and /v1/models) once."),
+    probe_timeout: Optional[float] = typer.Option(None, help="Seconds per probe (default: health_timeout_s)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the decision as JSON."),
+) -> None:
+    """Explain how the router would route the OpenAI request body read on stdin.
+
+    Prints the language, domain, candidate pools with their MAL figures, the chosen replica and the reason.
+    Reads the registry, never writes it, and never creates one.
+    """
+    config = _config(registry, threshold, probe_timeout)
+    headers = parse_headers(header)
+    from polyspec.router.body import decode_body
+    from polyspec.router.errors import BadRequest
+
+    stdin = getattr(sys.stdin, "buffer", sys.stdin)
+    if stdin.isatty():
+        raise InvalidInput("no request body: pipe an OpenAI request body (JSON) into standard input")
+    raw = read_limited(stdin, config.max_body_bytes)
+    try:
+        body, _ = decode_body(raw)  # before the registry is read: bad input fails fast
+        endpoint_of(body, endpoint)
+        rt = load_runtime(config)
+        if probe:
+            asyncio.run(_probe(rt))
+        result = decide(rt, raw, headers, endpoint, probe)
+    except BadRequest as exc:  # what the router answers 400 to: a clear line and exit 2
+        raise InvalidInput(f"the router would answer 400: {exc.message}") from None
+    result.registry = _shown_url(config)
+    if as_json:
+        typer.echo(json.dumps(asdict(result), indent=2, ensure_ascii=False))
+    else:
+        render(result)
+
+
+def register(root: typer.Typer) -> None:
+    """Mount `polyspec route` on the root CLI."""
+    root.add_typer(app, name="route")

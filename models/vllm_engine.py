@@ -129,6 +129,15 @@ def _tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def _answers(host: str, port: int) -> bool:
+    """Whether something already accepts connections on host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
 class VllmEngine:
     """One vLLM server process. Use as a context manager, or start()/wait_ready()/stop()."""
 
@@ -154,6 +163,11 @@ class VllmEngine:
             raise EngineError(f"engine already running (pid {self.process.pid})")
         if not self.port:
             self.port = free_port(self.spec.host)
+        elif _answers(self.spec.host, self.port):
+            # wait_ready would take that process's /health for this engine's, and a fleet would publish
+            # its URL as this engine's (a stale engine of an earlier fleet, or anything else on the port).
+            raise EngineError(f"port {self.port} on {self.spec.host} is already in use by another process; stop it "
+                              "or give this engine another port")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.dtype_choice = self.spec.dtype_choice()
         self.failed = None

@@ -113,6 +113,19 @@ EXPOSED_HEADERS = ("X-Polyspec-Language", "X-Polyspec-Confidence", "X-Polyspec-D
                    "X-Polyspec-Draft", "X-Request-Id")
 
 
+class _OpenAICors(CORSMiddleware):
+    """CORSMiddleware whose refused preflight is an OpenAI-style error object, like every other refusal."""
+
+    def preflight_response(self, request_headers: Any) -> Response:
+        response = super().preflight_response(request_headers)
+        if response.status_code != 400:
+            return response
+        headers = {k: v for k, v in response.headers.items() if k.lower().startswith("access-control-")}
+        message = bytes(response.body).decode() + "."
+        return JSONResponse(error_body(message, "invalid_request_error", None, "cors_refused"), status_code=400,
+                            headers=headers)
+
+
 class ApiCors:
     """Starlette's CORSMiddleware on the /v1 API paths only. It wraps HotPath (it is added after it), so a
     preflight is answered before HotPath and a completion's answer, streamed or not, carries the
@@ -123,7 +136,7 @@ class ApiCors:
 
     def __init__(self, app: Any, origins: list[str]) -> None:
         self.app = app
-        self.cors = CORSMiddleware(app, allow_origins=origins, allow_methods=["GET", "POST"], allow_headers=["*"],
+        self.cors = _OpenAICors(app, allow_origins=origins, allow_methods=["GET", "POST"], allow_headers=["*"],
                                    expose_headers=EXPOSED_HEADERS)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

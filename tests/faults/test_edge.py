@@ -153,6 +153,7 @@ def test_cors_preflight_and_headers_on_the_api_only(registry, registry_url):
                     other = client.options(path, headers={"Origin": "https://evil.example",
                                                           "Access-Control-Request-Method": method})
                     assert other.status_code == 400 and "access-control-allow-origin" not in other.headers
+                    assert openai_error(other, 400)["code"] == "cors_refused"  # an OpenAI error, not plain text
 
                 body = {"model": "polyspec", "messages": [{"role": "user", "content": EN_TEXT}]}
                 with client.stream("POST", CHAT, json={**body, "stream": True}) as streamed:

@@ -1,13 +1,16 @@
 from __future__ import annotations
 
 import json
+import socket
 import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
-from polyspec.models.vllm_engine import EngineFailedToStart, EngineSpec, SpecCounters, VllmEngine, parse_spec_decode_counters
+from polyspec.models.vllm_engine import (
+    EngineError, EngineFailedToStart, EngineSpec, SpecCounters, VllmEngine, parse_spec_decode_counters,
+)
 
 METRICS = """\
 # HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
@@ -145,3 +148,14 @@ def test_engine_with_a_draft_passes_its_self_check(engine: VllmEngine, verifier)
     reference, _ = ensure_reference(verifier.path)
     report = engine.self_check(reference)
     assert report.ok and engine.failed is None and engine.process is not None
+
+
+def test_a_port_already_in_use_is_refused_before_launching(tmp_path: Path) -> None:
+    """Another process answering on the engine's port would pass its /health off as this engine's (and a fleet
+    would publish its URL): start() refuses, and launches nothing."""
+    with socket.create_server(("127.0.0.1", 0)) as squatter:
+        port = squatter.getsockname()[1]
+        engine = VllmEngine(EngineSpec(verifier=tmp_path / "v", port=port), tmp_path / "engine.log")
+        with pytest.raises(EngineError, match=f"port {port} on 127.0.0.1 is already in use"):
+            engine.start()
+    assert engine.process is None and not (tmp_path / "engine.log").exists()

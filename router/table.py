@@ -195,32 +195,26 @@ class RegistrySource:
     def __init__(self, url: str | None = None) -> None:
         self._url = url
         self._registry: Any = None
-        self._file: tuple[Path, tuple[int, int]] | None = None  # the SQLite file and its (st_dev, st_ino)
+        self._file: RegistryFile | None = None
         self._lock = threading.Lock()
 
     def _reg(self) -> Any:
         with self._lock:
             if self._file is not None:
-                path, identity = self._file
-                try:
-                    st = path.stat()
-                except FileNotFoundError:
+                status = self._file.status()
+                if status == "missing":
                     self._drop_locked()
                     from polyspec.registry import RegistryMissing
 
-                    raise RegistryMissing(f"registry database {path} is missing (deleted or moved); "
-                                          "restore it, or create one with `polyspec registry init`") from None
-                if (st.st_dev, st.st_ino) != identity:
-                    self._drop_locked()  # replaced, e.g. restored from a backup: read the new file
+                    raise RegistryMissing(f"registry database {self._file.path} is missing (deleted or moved); "
+                                          "restore it, or create one with `polyspec registry init`")
+                if status == "replaced":
+                    self._drop_locked()  # e.g. restored from a backup: read the new file
             if self._registry is None:
                 from polyspec.registry import open_registry
 
                 self._registry = open_registry(self._url, create=False)
-                path = _sqlite_path(self._url)
-                if path is not None:
-                    with contextlib.suppress(OSError):
-                        st = path.stat()
-                        self._file = (path, (st.st_dev, st.st_ino))
+                self._file = RegistryFile.of(self._url)
             return self._registry
 
     def _drop(self) -> None:
@@ -265,6 +259,36 @@ def _sqlite_path(url: str | None) -> Path | None:
     if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or parsed.query.get("uri"):
         return None  # a "file:...?uri=true" name is not a path: not watched
     return Path(database).expanduser()
+
+
+@dataclass(frozen=True)
+class RegistryFile:
+    """The SQLite file behind a registry URL, as it was when the registry was opened: an open connection
+    goes on reading (and writing) a file that was deleted or replaced, so readers check it before reading."""
+
+    path: Path
+    identity: tuple[int, int]  # (st_dev, st_ino)
+
+    @classmethod
+    def of(cls, url: str | None) -> RegistryFile | None:
+        """None for a registry that is not a SQLite file path, or whose file cannot be read now."""
+        path = _sqlite_path(url)
+        if path is None:
+            return None
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        return cls(path, (st.st_dev, st.st_ino))
+
+    def status(self) -> str:
+        """"same", "missing" (deleted or moved) or "replaced" (another file at the path, e.g. a restored
+        backup). Another error of the file system is raised."""
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return "missing"
+        return "same" if (st.st_dev, st.st_ino) == self.identity else "replaced"
 
 
 def live_row_dict(row: LiveRow) -> dict[str, Any]:

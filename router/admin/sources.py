@@ -18,43 +18,23 @@ import asyncio
 import contextlib
 import threading
 from concurrent.futures import Future
-from pathlib import Path
 from typing import Any
 
 from polyspec.router.admin.summary import BackendStatus, RegistryData
-from polyspec.router.table import LiveRow, to_live_row
+from polyspec.router.table import LiveRow, RegistryFile, to_live_row
 
 THREAD_NAME = "polyspec-admin-registry"
 
 
 class _Opened:
-    """One Registry (one SQLAlchemy engine pool) per URL, with the identity of its SQLite file if it has one:
-    an open connection goes on reading a file that was deleted or replaced, so the file is checked each read."""
+    """One Registry (one SQLAlchemy engine pool) per URL, with its SQLite file if it has one (`RegistryFile`)."""
 
     def __init__(self, registry: Any, url: str | None) -> None:
-        from sqlalchemy.engine import make_url
-
-        from polyspec.core.settings import get_settings
-
         self.registry = registry
-        self.file: tuple[Path, tuple[int, int]] | None = None
-        # The URL as given: an existing-file-only SQLite engine connects through a creator ("sqlite://").
-        parsed = make_url(url if url is not None else get_settings().resolved_registry_url)
-        if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
-            path = Path(parsed.database).expanduser()
-            with contextlib.suppress(OSError):  # a "file:...?uri=true" name is not a path: not watched
-                st = path.stat()
-                self.file = (path, (st.st_dev, st.st_ino))
+        self.file = RegistryFile.of(url)
 
     def current(self) -> bool:
-        if self.file is None:
-            return True
-        path, identity = self.file
-        try:
-            st = path.stat()
-        except OSError:
-            return False
-        return (st.st_dev, st.st_ino) == identity
+        return self.file is None or self.file.status() == "same"
 
 
 _registries: dict[str | None, _Opened] = {}

@@ -3,7 +3,7 @@
 Training labels prompts that carry no ``domain`` field with it, and the router classifies requests with
 it, so a math draft that training makes is a math draft the router can pick.
 
-Cost is bounded and linear: only the first and last ``WINDOW`` characters are read, and no pattern can
+Cost is bounded and linear: only the first and last ``core.text.WINDOW`` characters are read, and no pattern can
 backtrack across lines (horizontal whitespace only: ``[ \\t]``, never ``\\s*`` before ``$``), so a body of
 40,000 newlines costs what a short prompt costs.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from polyspec.core.text import WINDOW, head_and_tail
+from polyspec.core.text import head_and_tail
 
 DOMAINS = ("general", "code", "math")
 
@@ -43,14 +43,9 @@ _MATH = re.compile(
 )
 
 
-def window(text: str, size: int = WINDOW) -> str:
-    """The part of ``text`` that domain detection reads: its head and its tail (`core.text`)."""
-    return head_and_tail(text, size)
-
-
 def code_signals(text: str) -> int:
     """How many distinct code cues the text shows (a fenced block counts 2)."""
-    text = window(text)
+    text = head_and_tail(text)
     hits = 2 if _FENCE in text else 0
     for needles, pattern in _CODE_SIGNALS:
         if not any(needle in text for needle in needles):
@@ -66,7 +61,7 @@ def code_signals(text: str) -> int:
 
 def detect_domain(text: str) -> str:
     """'code', 'math' or 'general'. Two code cues are needed, so one stray 'return' or brace is prose."""
-    text = window(text)
+    text = head_and_tail(text)
     if code_signals(text) >= 2:
         return "code"
     if _MATH.search(text) and sum(ch.isdigit() for ch in text) >= 2:

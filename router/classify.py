@@ -17,7 +17,7 @@ from typing import Any
 from polyspec.core.domains import DOMAINS, detect_domain
 from polyspec.core.languages import lookup_language
 from polyspec.core.langid import UNDETERMINED, LabelSet, allowed_labels, clean_for_langid, detect_cleaned
-from polyspec.router.body import decode_body, encode_body, parse_json_body, prompt_text  # noqa: F401 (re-exported)
+from polyspec.router.body import prompt_text
 from polyspec.router.body import pop_router_fields as body_pop_router_fields
 from polyspec.router.errors import BadRequest
 

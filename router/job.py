@@ -11,7 +11,8 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from polyspec.router.classify import Decision, encode_body
+from polyspec.router.body import encode_body
+from polyspec.router.classify import Decision
 from polyspec.router.errors import RouterError, UpstreamFailed, UpstreamTimeout
 from polyspec.router.policy import Target
 from polyspec.router.runtime import RouterRuntime

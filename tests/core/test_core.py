@@ -15,7 +15,8 @@ from polyspec.core import acceptance as A
 from polyspec.core.atomic import atomic_dir, atomic_path, atomic_write_json, atomic_write_text
 from polyspec.core.cli import PolyspecTyper, missing_extra
 from polyspec.core.counters import SpecCounts
-from polyspec.core.domains import WINDOW, code_signals, detect_domain, window
+from polyspec.core.domains import code_signals, detect_domain
+from polyspec.core.text import WINDOW, head_and_tail
 from polyspec.core.errors import ConflictError, IntegrityError, InvalidInput, NotFoundError, PolyspecError, Unavailable
 from polyspec.core.languages import UnknownLanguage, is_language, normalize_language, normalize_languages
 from polyspec.core.prompts import PromptsError, read_prompt_records, read_prompts
@@ -221,7 +222,7 @@ def test_domains(text: str, domain: str) -> None:
 
 def test_domain_detection_reads_a_bounded_window() -> None:
     hostile = "\n" * 40_000 + "def f():\n" + "\n" * 40_000 + "import os\n#include <x>\n@" + "\n" * 40_000
-    assert len(window(hostile)) <= 2 * WINDOW + 1
+    assert len(head_and_tail(hostile)) <= 2 * WINDOW + 1
     assert detect_domain(hostile) in ("code", "general")  # answers, and reads only the window
     assert code_signals("def f():" + " " * 100_000) == code_signals("def f():")  # no backtracking on runs
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from polyspec.core.domains import detect_domain
-from polyspec.router.classify import classify, pop_router_fields, prompt_text, upstream_headers
+from polyspec.router.body import prompt_text
+from polyspec.router.classify import classify, pop_router_fields, upstream_headers
 from polyspec.router.errors import BadRequest
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -2,10 +2,10 @@
 
 It reads an OpenAI request body on stdin (and headers given with ``--header``), loads the registry the way
 a freshly started router does (routing table from the active deployments, live acceptance from every
-router's shared stats), then runs the router's own steps, in the router's order: ``decode_body``,
-``pop_router_fields``, the model filter, ``classify``, ``candidate_pools`` and ``plan_attempts``. Nothing
-here re-implements a routing rule, so explain cannot disagree with the router; when one of those
-functions changes (pin normalisation, say), explain follows.
+router's shared stats), then runs the router's own decision, ``router.routing.route`` (what
+``proxy.prepare`` runs: decoding, pins, the model filter, classification, pool ranking, replica order).
+Nothing here re-implements a routing rule, so explain cannot disagree with the router; when a rule
+changes (pin normalisation, say), explain follows.
 
 What it cannot know offline is replica health and which engine serves which model: without ``--probe``
 every replica counts as healthy (as in a router that has not probed yet) and in-flight counts are zero.
@@ -187,15 +187,13 @@ def _figures(rt: RouterRuntime, pools: list[Pool], d: Decision, serving: frozens
     return out
 
 
-def decide(rt: RouterRuntime, raw: bytes, headers: dict[str, str], endpoint: str | None,
-           probed: bool) -> Explanation:
+def decide(rt: RouterRuntime, raw: bytes, headers: dict[str, str], kind: str, probed: bool) -> Explanation:
     """Run the router's own decision (`router.routing.route`, what proxy.prepare runs) on one request body and
     explain the outcome. A request the router answers 400 raises its BadRequest."""
-    from polyspec.router.body import decode_body, field
+    from polyspec.router.body import field
     from polyspec.router.errors import BadRequest, NoBackend, RouterError
     from polyspec.router.routing import model_filter, route
 
-    kind = endpoint_of(decode_body(raw)[0], endpoint)
     notes: list[str] = []
     refused: list[RouterError] = []
 
@@ -407,11 +405,11 @@ def explain(
     raw = read_limited(stdin, config.max_body_bytes)
     try:
         body, _ = decode_body(raw)  # before the registry is read: bad input fails fast
-        endpoint_of(body, endpoint)
+        kind = endpoint_of(body, endpoint)
         rt = load_runtime(config)
         if probe:
             asyncio.run(_probe(rt))
-        result = decide(rt, raw, headers, endpoint, probe)
+        result = decide(rt, raw, headers, kind, probe)
     except BadRequest as exc:  # what the router answers 400 to: a clear line and exit 2
         raise InvalidInput(f"the router would answer 400: {exc.message}") from None
     result.registry = _shown_url(config)

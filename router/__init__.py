@@ -2,11 +2,16 @@
 
 - ``router.app.create_app(RouterConfig)``: the FastAPI app (`polyspec serve` runs it with uvicorn).
 - ``router.config.RouterConfig``: every knob, from ``POLYSPEC_ROUTER_*`` environment variables.
-- ``router.classify``: language (fastText langid, pins) and domain of a request.
+- ``router.body``: request bodies decoded top level only, at a bounded cost; re-encoded for the engine.
+- ``router.classify``: language (fastText langid, normalised pins) and domain of a request.
+- ``router.routing``: the whole routing decision of one body (``route``), shared by the proxy and
+  `polyspec route explain` (``router.explain``).
 - ``router.policy``: pool order and replica choice (blend of offline and live acceptance; formula there).
 - ``router.backends``: replicas: in-flight counts, served models, health with hysteresis.
 - ``router.upstream``: the aiohttp client to the engines.
 - ``router.proxy``: forwarding, failover before the first byte (``router.stream``: SSE pass-through;
   ``router.asgi``: the plain-ASGI plumbing of the completion endpoints; ``router.job``: per-request bookkeeping).
+- ``router.server``: uvicorn with a SIGTERM drain and request-head limits (what `polyspec serve` runs).
+- ``router.capture``: opt-in prompt capture, off the request path, with caps and rotation.
 - ``router.telemetry``: acceptance aggregates, Prometheus metrics, ``snapshot(app)`` for the dashboard.
 """

@@ -38,8 +38,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _response(status: str, body: bytes, content_type: str = "application/json") -> bytes:
-    head = f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
+def _response(status: str, body: bytes, content_type: str = "application/json", *, close: bool = False) -> bytes:
+    # A server that closes the connection after its answer says so (Connection: close), as uvicorn does;
+    # without it the router would pool the connection and a request a moment later could pick it as it closes.
+    connection = "Connection: close\r\n" if close else ""
+    head = f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n{connection}\r\n"
     return head.encode() + body
 
 
@@ -136,7 +139,7 @@ class BrokenEngine:
             writer.transport.abort()  # RST, no byte sent
         elif self.mode == "error500":
             body = {"error": {"message": "engine exploded", "type": "InternalServerError", "param": None, "code": 500}}
-            writer.write(_response("500 Internal Server Error", json.dumps(body).encode()))
+            writer.write(_response("500 Internal Server Error", json.dumps(body).encode(), close=True))
             await writer.drain()
         elif self.mode == "hang":
             await reader.read()  # until the router gives up and closes

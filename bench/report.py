@@ -4,6 +4,8 @@
     .venv/bin/python bench/report.py load.json
     .venv/bin/python bench/report.py e2e_speedup.json
     .venv/bin/python bench/report.py hostile.json
+    .venv/bin/python bench/report.py langid.json
+    .venv/bin/python bench/report.py speed_policy.json
 """
 
 from __future__ import annotations
@@ -98,10 +100,78 @@ def hostile_md(d: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def speed_policy_md(d: dict[str, Any]) -> str:
+    lines = ["| language | no speculation tok/s | MAL policy tok/s | speed policy tok/s (95% CI) | speed / better other "
+             "(95% CI) | speed policy engine(s) | MAL policy engine(s) | predicted tok/s | n |",
+             "|---|---:|---:|---:|---:|---|---|---:|---:|"]
+
+    def engines(counts: dict[str, int]) -> str:
+        return ", ".join(f"{name} {n}" for name, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+    for lang, r in d["languages"].items():
+        ci = r["ci95"] or [None, None]
+        vs = r["speed_over_best_other"]
+        crossed = "" if not vs.get("ci95") else (" (crosses 1.0)" if vs["ci95"][0] <= 1.0 <= vs["ci95"][1] else "")
+        ratio = f"{vs['ratio']:.3f} [{vs['ci95'][0]:.3f}, {vs['ci95'][1]:.3f}]{crossed}" if vs.get("ci95") else "-"
+        predicted = r["speed_policy_predicted_tps_mean"]
+        lines.append(
+            f"| {lang} | {r['no_spec_tps']:.2f} | {r['mal_policy_tps']:.2f} | {r['speed_policy_tps']:.2f} "
+            f"[{ci[0]}, {ci[1]}] | {ratio} vs {r['best_other']} | {engines(r['engines']['speed_policy'])} | "
+            f"{engines(r['engines']['mal_policy'])} | {'-' if predicted is None else f'{predicted:.2f}'} | {r['n']} |")
+    return "\n".join(lines)
+
+
+def langid_md(d: dict[str, Any]) -> str:
+    cuts = list(d["cuts"])
+    systems = d["systems"]
+    lines = ["Accuracy, mean over the " + str(len(d["languages"])) + " languages (pooled over texts in brackets), "
+             "and texts/s (one text per call, one thread):", "",
+             "| system | labels | " + " | ".join(cuts) + " | texts/s mixed | " + " | ".join(f"texts/s {c}" for c in cuts)
+             + " |", "|---|---|" + "---:|" * (2 * len(cuts) + 1)]
+    for system, label in systems.items():
+        for mode in ("unrestricted", "restricted"):
+            acc = [d["accuracy"][c][system][mode] for c in cuts]
+            speed = d["texts_per_s"][system][mode]
+            labels = "all" if mode == "unrestricted" else f"{len(d['restricted_to'])} languages"
+            lines.append(f"| {label} | {labels} | "
+                         + " | ".join(f"{a['mean']:.3f} ({a['all']:.3f})" for a in acc)
+                         + f" | {speed['mixed']:,} | " + " | ".join(f"{speed[c]:,}" for c in cuts) + " |")
+    lines += ["", "Per language, no restriction (all labels):", "",
+              "| lang | n 2w | " + " | ".join(f"{c} {s}" for c in ("sentences", "2w", "1w") for s in ("before", "now"))
+              + " |", "|---|---:|" + "---:|" * 6]
+    for lang in [*d["languages"], "mean"]:
+        cells = [f"{d['accuracy'][c][s]['unrestricted'].get(lang, float('nan')):.3f}" for c in ("sentences", "2w", "1w")
+                 for s in systems]
+        lines.append(f"| {lang} | {d['counts']['2w'].get(lang, '')} | " + " | ".join(cells) + " |")
+    before, now = (d["texts_per_s"][s] for s in systems)
+    lines += ["", "| measure | target | unrestricted | restricted |", "|---|---:|---:|---:|",
+              f"| 2 words, now | {d['targets']['2w_unrestricted']} | "
+              f"{d['accuracy']['2w']['fasttext+lingua']['unrestricted']['mean']:.3f} | "
+              f"{d['accuracy']['2w']['fasttext+lingua']['restricted']['mean']:.3f} |",
+              f"| sentences, now | {d['targets']['sentences_unrestricted']} | "
+              f"{d['accuracy']['sentences']['fasttext+lingua']['unrestricted']['mean']:.3f} | "
+              f"{d['accuracy']['sentences']['fasttext+lingua']['restricted']['mean']:.3f} |",
+              f"| texts/s mixed, now | {d['targets']['mixed_texts_per_s']:,} | {now['unrestricted']['mixed']:,} | "
+              f"{now['restricted']['mixed']:,} |",
+              f"| texts/s mixed, now / before | {d['targets']['mixed_texts_per_s_vs_before']} | "
+              + " | ".join(f"{now[m]['mixed'] / before[m]['mixed']:.2f}" for m in ("unrestricted", "restricted")) + " |"]
+    lines += ["", "| threshold | fallback (short) | routed accuracy (short) | misrouted (short) | cross-script misrouted "
+              "| utility c=1 | c=2 | c=4 |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in d["short_sweep"]:
+        mark = "**" if r["threshold"] == d["chosen_threshold"] else ""
+        lines.append(f"| {mark}{r['threshold']:.2f}{mark} | {r['fallback_rate']:.3f} | {r['routed_accuracy']:.3f} | "
+                     f"{r['misrouted_rate']:.3f} | {r['cross_script_misrouted_rate']:.3f} | "
+                     + " | ".join(f"{r[f'utility_cost{c}']:.3f}" for c in (1, 2, 4)) + " |")
+    lines += ["", f"Best threshold by misroute cost: {d['best_threshold_by_cost']} (chosen at c = {d['misroute_cost']:g}: "
+              f"**{d['chosen_threshold']}**)."]
+    return "\n".join(lines)
+
+
 def main() -> None:
     name = sys.argv[1]
     d = json.loads((OUT / name).read_text())
-    print({"router_overhead": overhead_md, "load": load_md, "e2e_speedup": e2e_md, "hostile": hostile_md}[d["benchmark"]](d))
+    print({"router_overhead": overhead_md, "load": load_md, "e2e_speedup": e2e_md, "hostile": hostile_md,
+           "speed_policy": speed_policy_md, "langid": langid_md}[d["benchmark"]](d))
 
 
 if __name__ == "__main__":

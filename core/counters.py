@@ -26,6 +26,8 @@ class SpecCounts:
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     accepted_per_pos: tuple[int, ...] = ()
+    # Wall seconds the engine took for these requests (dispatch to last byte): tokens/s = tokens / seconds.
+    generation_s: float = 0.0
 
     def __add__(self, other: SpecCounts) -> SpecCounts:
         return self._combine(other, 1)
@@ -44,6 +46,7 @@ class SpecCounts:
             self.num_draft_tokens + sign * other.num_draft_tokens,
             self.num_accepted_tokens + sign * other.num_accepted_tokens,
             per_pos,
+            self.generation_s + sign * other.generation_s,
         )
 
     @property
@@ -55,8 +58,14 @@ class SpecCounts:
     def mean_acceptance_length(self) -> float | None:
         return mean_acceptance_length(self.num_accepted_tokens, self.num_spec_steps)
 
+    @property
+    def tokens_per_second(self) -> float | None:
+        """Observed completion tokens per second of one stream; None before any timed request."""
+        return self.completion_tokens / self.generation_s if self.generation_s > 0 else None
+
     @classmethod
-    def from_vllm_metrics(cls, spec: Mapping[str, Any] | None, completion_tokens: int = 0) -> SpecCounts:
+    def from_vllm_metrics(cls, spec: Mapping[str, Any] | None, completion_tokens: int = 0,
+                          generation_s: float = 0.0) -> SpecCounts:
         """One request's ``metrics.speculative_decoding`` object (``--per-request-spec-decode-metrics``).
 
         Missing or malformed fields count as zero: an engine's report must never break accounting.
@@ -79,6 +88,7 @@ class SpecCounts:
             num_draft_tokens=num("num_draft_tokens", 0),
             num_accepted_tokens=num("num_accepted_draft_tokens", sum(j * c for j, c in enumerate(hist))),
             accepted_per_pos=tuple(sum(hist[i:]) for i in range(1, len(hist))),
+            generation_s=max(0.0, float(generation_s)),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -86,4 +96,5 @@ class SpecCounts:
         out["accepted_per_pos"] = list(self.accepted_per_pos)
         out["acceptance"] = self.acceptance
         out["mean_acceptance_length"] = self.mean_acceptance_length
+        out["tokens_per_second"] = self.tokens_per_second
         return out

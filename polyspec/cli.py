@@ -26,6 +26,7 @@ app = PolyspecTyper(
 SUB_APPS: dict[str, tuple[str, ...]] = {
     "polyspec.models.cli": ("models",),
     "polyspec.registry.cli": ("registry",),
+    "polyspec.registry.cli_plan": ("deploy",),
     "polyspec.training.cli": ("train",),
     "polyspec.training.eval_cli": ("eval",),
     "polyspec.router.cli": ("serve", "langid"),

@@ -4,9 +4,12 @@
 2. If no active English / French draft exists for it, train a small one per language on CPU with the
    training pipeline (MT-Bench turns bundled in training/data/mtbench; the questions the demo sends
    later are held out of training), then register, promote and deploy it.
-3. `polyspec up`: one vLLM engine per deployment plus the router.
-4. Send held-out MT-Bench EN and FR turns through the router with the `openai` client; print each
-   routing decision and a per-language acceptance table (live vs offline).
+3. `polyspec up --calibrate`: one vLLM engine per deployment (and one without speculation), each
+   calibrated for the speed policy (docs/speed.md), plus the router.
+4. Send held-out MT-Bench EN, FR and IT turns through the router with the `openai` client; print each
+   routing decision, a per-language acceptance table (live vs offline) and the speed table: per language
+   the engine the speed policy chose, its predicted and observed tokens/s, and the speed-up against the
+   engine without speculation (sent the same prompts). Italian has no draft: it shows the policy at work.
 5. Leave the dashboard running until Ctrl-C (or stop at once with --no-wait, as CI does).
 """
 
@@ -30,6 +33,9 @@ from polyspec.core.counters import SpecCounts
 
 LANGUAGES = ("en", "fr")
 DEPLOYMENT = "demo-{lang}"
+PLAIN = "demo-none"  # the verifier without a draft: a candidate of the speed policy for every language
+# Traffic: the two drafted languages and one without a draft, which the speed policy sends where it is fastest.
+TRAFFIC = (*LANGUAGES, "it")
 # The first 2 questions of each MT-Bench category (16 of 80) are held out of training. They are exactly
 # what the training pipeline's MT-Bench evaluation takes with a limit of 16 (categories interleaved),
 # so the offline figures and the demo's live traffic both come from prompts the draft never saw.
@@ -210,10 +216,15 @@ def ensure_deployments(reg: Any, refs: dict[str, str], console: Any, base_port: 
         reg.deploy(refs[lang], name=name, languages=[lang], default=(lang == "en"),
                    launch={"port": base_port + i, "max_model_len": 2048, "kv_cache_gib": 1})
         console.print(f"[green]✓[/] deployed {refs[lang]} as {name} (engine port {base_port + i})")
+    if PLAIN not in current:
+        port = base_port + len(LANGUAGES)
+        reg.deploy(None, name=PLAIN, languages=["en"], launch={"port": port, "max_model_len": 2048, "kv_cache_gib": 1})
+        console.print(f"[green]✓[/] deployed the verifier without speculation as {PLAIN} (engine port {port})")
 
 
 # --- step 4: traffic ---------------------------------------------------------------------------------
-def send_traffic(base: str, questions: int, max_tokens: int, console: Any) -> dict[str, LangStats]:
+def send_traffic(base: str, questions: int, max_tokens: int, console: Any,
+                 speed: list[dict[str, Any]]) -> dict[str, LangStats]:
     """Held-out MT-Bench turns through the router; prints one row per routing decision."""
     import httpx
     from openai import OpenAI
@@ -232,16 +243,22 @@ def send_traffic(base: str, questions: int, max_tokens: int, console: Any) -> di
     for col in ("prompt", "language", "confidence", "backend", "draft", "tokens", "accept. length"):
         table.add_column(col, justify="right" if col in ("confidence", "tokens", "accept. length") else "left",
                          no_wrap=True)
-    stats = {lang: LangStats() for lang in LANGUAGES}
-    for lang in LANGUAGES:
+    stats = {lang: LangStats() for lang in TRAFFIC}
+    for lang in TRAFFIC:
         for text in heldout_turns(lang, questions):
+            started = time.perf_counter()
             raw = client.chat.completions.with_raw_response.create(
-                model="polyspec", messages=[{"role": "user", "content": text}], max_tokens=max_tokens, temperature=0)
+                model="polyspec", messages=[{"role": "user", "content": text}], max_tokens=max_tokens, temperature=0,
+                extra_headers={"X-Polyspec-Explain": "1"})
+            seconds = time.perf_counter() - started
             body = json.loads(raw.http_response.text)
             spec = (body.get("metrics") or {}).get("speculative_decoding")
             tokens = int((body.get("usage") or {}).get("completion_tokens", 0))
             h = raw.headers
             stats.setdefault(h.get("x-polyspec-language", "?"), LangStats()).add(spec, tokens)
+            speed.append({"language": lang, "text": text, "backend": h.get("x-polyspec-backend", "?"),
+                          "predicted_tps": float(h.get("x-polyspec-predicted-tps") or 0) or None,
+                          "tokens": tokens, "seconds": seconds})
             mal = f"{spec['mean_acceptance_length']:.2f}" if spec else "-"
             table.add_row(text[:48] + ("…" if len(text) > 48 else ""), h.get("x-polyspec-language", "?"),
                           h.get("x-polyspec-confidence", "?"), h.get("x-polyspec-backend", "?"),
@@ -250,6 +267,46 @@ def send_traffic(base: str, questions: int, max_tokens: int, console: Any) -> di
                           soft_wrap=True, markup=False)
     console.print(table)
     return stats
+
+
+def plain_baseline(url: str, rows: list[dict[str, Any]], max_tokens: int) -> None:
+    """The same prompts, straight to the engine without speculation: each row gets ``plain_tps``."""
+    import httpx
+
+    model = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
+    with httpx.Client(timeout=600) as client:
+        for row in rows:
+            started = time.perf_counter()
+            resp = client.post(f"{url}/v1/chat/completions", json={
+                "model": model, "messages": [{"role": "user", "content": row["text"]}], "max_tokens": max_tokens,
+                "temperature": 0})
+            resp.raise_for_status()
+            tokens = int(resp.json()["usage"]["completion_tokens"])
+            row["plain_tps"] = tokens / (time.perf_counter() - started)
+
+
+def speed_table(rows: list[dict[str, Any]]) -> Any:
+    """Per language: the engine the speed policy chose, predicted vs observed tokens/s, speed-up over none."""
+    from collections import Counter
+
+    from rich.table import Table
+
+    table = Table(title="Speed per language (speed policy; tokens/s of one stream, client-side)")
+    for col in ("language", "engine chosen", "predicted tok/s", "observed tok/s", "no speculation tok/s", "speed-up"):
+        table.add_column(col, justify="left" if col in ("language", "engine chosen") else "right")
+    for lang in TRAFFIC:
+        mine = [r for r in rows if r["language"] == lang]
+        if not mine:
+            continue
+        engines = Counter(r["backend"] for r in mine).most_common()
+        predicted = [r["predicted_tps"] for r in mine if r["predicted_tps"]]
+        observed = sum(r["tokens"] for r in mine) / sum(r["seconds"] for r in mine)
+        plain = [r["plain_tps"] for r in mine if r.get("plain_tps")]
+        base = sum(plain) / len(plain) if plain else None
+        table.add_row(lang, ", ".join(f"{name} ×{n}" for name, n in engines),
+                      f"{sum(predicted) / len(predicted):.1f}" if predicted else "-", f"{observed:.1f}",
+                      f"{base:.1f}" if base else "-", f"{observed / base:.2f}×" if base else "-")
+    return table
 
 
 def acceptance_table(stats: dict[str, LangStats], reg: Any, refs: dict[str, str]) -> Any:
@@ -304,9 +361,13 @@ def demo(
         def traffic(base: str) -> None:
             def worker() -> None:
                 try:
-                    results["stats"] = send_traffic(base, questions, max_tokens, console)
+                    speed: list[dict[str, Any]] = []
+                    results["stats"] = send_traffic(base, questions, max_tokens, console, speed)
                     with open_registry() as reg:
                         console.print(acceptance_table(results["stats"], reg, refs))
+                        plain_url = next(d.url for d in reg.active_deployments() if d.name == PLAIN)
+                    plain_baseline(plain_url, speed, max_tokens)
+                    console.print(speed_table(speed))
                     console.print(f"[bold]demo took {time.monotonic() - started:.0f} s[/] · dashboard: {base}/admin")
                 except Exception as exc:  # reported, then the fleet stops
                     results["error"] = exc
@@ -318,7 +379,7 @@ def demo(
             threading.Thread(target=worker, daemon=True).start()
 
         plan = plan_up(None, host="127.0.0.1", port=port, registry_url=None, base_port=base_port)
-        run_up(plan, logs_dir=get_settings().home / "logs", on_ready=traffic, router_id="demo")
+        run_up(plan, logs_dir=get_settings().home / "logs", on_ready=traffic, router_id="demo", calibrate=True)
     except (DemoError, FleetError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -18,7 +18,7 @@ from polyspec.core.cli import PolyspecTyper
 from polyspec.core.errors import InvalidInput, PolyspecError
 from polyspec.core.hostcpu import DTYPES, NATIVE_BF16_FLAGS, host_cpu_flags, normalize_dtype
 
-app = PolyspecTyper(help="Check that this host's vLLM engines compute what the verifier computes.",
+app = PolyspecTyper(help="Check this host's vLLM engines, and calibrate running ones for the speed policy.",
                   no_args_is_help=True)
 
 
@@ -113,6 +113,102 @@ def check(
         _print_human(result)
     if not result["ok"]:
         raise typer.Exit(6 if result.get("check_failed") else 5)  # IntegrityError / Unavailable exit codes
+
+
+def calibrate_deployments(registry: Any, names: list[str], *, batches: list[int], waves: int, max_tokens: int,
+                          progress: bool, timeout_s: float = 600.0) -> list[dict[str, Any]]:
+    """Calibrate each named (default: every active) deployment with a URL and store its points; one result
+    per deployment, with ``error`` set where its engine could not be measured (the others go on)."""
+    import asyncio
+
+    from rich.progress import Progress
+
+    from polyspec.core.console import console
+    from polyspec.registry import NotFound
+    from polyspec.router.calibrate import CalibrationFailed, calibrate_engine
+
+    active = {d.name: d for d in registry.active_deployments()}
+    missing = [n for n in names if n not in active]
+    if missing:
+        raise NotFound(f"no active deployment named {', '.join(map(repr, missing))}",
+                       hint=f"active: {', '.join(sorted(active)) or 'none'}")
+    chosen = [active[n] for n in names] if names else list(active.values())
+    results: list[dict[str, Any]] = []
+    per_engine = sum(batches) * waves
+    with Progress(console=console(stderr=True), disable=not progress, transient=True) as bar:
+        for dep in chosen:
+            row: dict[str, Any] = {"deployment": dep.name, "url": dep.url, "draft": dep.draft or "none",
+                                   "k": dep.k if dep.draft else 0}
+            results.append(row)
+            if not dep.url:
+                row["error"] = "no URL (started by `polyspec up`? calibrate while it runs)"
+                continue
+            task = bar.add_task(f"calibrating {dep.name}", total=per_engine)
+            try:
+                points = asyncio.run(calibrate_engine(
+                    dep.url, speculates=dep.draft is not None, batches=batches, waves=waves, max_tokens=max_tokens,
+                    timeout_s=timeout_s, progress=lambda n, task=task: bar.advance(task, n)))
+            except CalibrationFailed as exc:
+                row["error"] = str(exc)
+                continue
+            registry.record_calibration(dep.name, [p.to_json() for p in points])
+            row["points"] = [p.to_json() for p in points]
+    return results
+
+
+def print_calibration(results: list[dict[str, Any]], out: Any = None) -> None:
+    """The calibration as a table, on ``out`` (a rich Console; default: stdout)."""
+    from rich.table import Table
+
+    from polyspec.core.console import console
+
+    table = Table(title="Engine calibration (stored in the registry)")
+    for name in ("deployment", "draft", "k", "batch", "ms/step", "tokens/s per stream", "tokens/step", "requests"):
+        table.add_column(name, justify="right" if name not in ("deployment", "draft") else "left")
+    for row in results:
+        if "error" in row:
+            table.add_row(row["deployment"], row["draft"], str(row["k"]), "-", "-", f"[red]{row['error']}[/]", "-", "-")
+            continue
+        for p in row["points"]:
+            table.add_row(row["deployment"], row["draft"], str(row["k"]), str(p["batch_size"]),
+                          f"{p['step_s'] * 1000:.1f}", f"{p['tokens_per_s']:.1f}",
+                          f"{p['details']['tokens_per_step']:.2f}", str(p["requests"]))
+    (out or console()).print(table)
+
+
+@app.command("calibrate")
+def calibrate(
+    deployment: list[str] = typer.Option([], "--deployment", "-d", help="A deployment to calibrate (repeatable; "
+                                         "default: every active deployment with a URL)."),
+    batch: str = typer.Option("1,2,4", "--batch", help="Batch sizes to measure, comma-separated."),
+    waves: int = typer.Option(2, min=1, max=20, help="Rounds of concurrent requests per batch size."),
+    max_tokens: int = typer.Option(64, "--max-tokens", min=8, max=4096, help="Tokens each request generates."),
+    timeout: float = typer.Option(600.0, min=1.0, help="Seconds one request may take before the engine counts "
+                                  "as failed."),
+    registry: Optional[str] = typer.Option(None, "--registry", help="Registry URL (default: POLYSPEC_REGISTRY_URL)."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Measure each running engine's time per step at several batch sizes and store it for the speed policy.
+
+    The router predicts tokens/s as tokens per step (from acceptance) over this step time (docs/speed.md),
+    and refines it with what it measures live. Exits 5 when an engine could not be measured."""
+    from polyspec.registry import open_registry
+    from polyspec.router.calibrate import parse_batches
+
+    try:
+        batches = parse_batches(batch)
+    except ValueError as exc:
+        raise InvalidInput(f"--batch: {exc}") from None
+    with open_registry(registry, create=False) as reg:
+        results = calibrate_deployments(reg, deployment, batches=batches, waves=waves, max_tokens=max_tokens,
+                                        progress=not json_out, timeout_s=timeout)
+    if json_out:
+        typer.echo(json.dumps(results, indent=2))
+    else:
+        print_calibration(results)
+    failed = [r for r in results if "error" in r]
+    if failed or not results:
+        raise typer.Exit(5)
 
 
 def register(root: typer.Typer) -> None:

@@ -21,7 +21,7 @@ from polyspec.core.errors import PolyspecError
 
 import logging
 import signal
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,9 +72,11 @@ def _free_port(taken: set[int], start: int) -> int:
 
 
 def plan_from_registry(deployments: Sequence[Any], *, host: str = "127.0.0.1", base_port: int = DEFAULT_BASE_PORT,
-                       reserved: Sequence[int] = ()) -> list[Member]:
+                       reserved: Sequence[int] = (), auto_k: Mapping[str, int] | None = None) -> list[Member]:
     """Members for the registry's active deployments. A deployment with a URL and no launch port is
-    remote (unless the URL is one a previous fleet left behind); the others are launched."""
+    remote (unless the URL is one a previous fleet left behind); the others are launched. A launch spec
+    with ``k: auto`` gets ``auto_k[name]`` (the speed model's best k, `polyspec deploy plan`), else the k
+    the deployment has (its draft's)."""
     if not deployments:
         raise FleetError("no active deployments in the registry (deploy one with `polyspec registry deploy`)")
     taken = set(reserved) | {int(d.launch["port"]) for d in deployments if (d.launch or {}).get("port")}
@@ -94,6 +96,8 @@ def plan_from_registry(deployments: Sequence[Any], *, host: str = "127.0.0.1", b
                 **{k: v for k, v in launch.items() if k in LAUNCH_KEYS},
                 "port": int(launch.get("port") or _free_port(taken, base_port)),
             }
+            if spec["k"] == "auto":
+                spec["k"] = (auto_k or {}).get(dep.name) or dep.k or 3
         members.append(Member(
             name=dep.name, languages=list(dep.languages), domain=dep.domain, draft=dep.draft,
             is_default=dep.is_default, url=dep.url if remote else None, launch=spec, deployment=dep.name,
@@ -153,13 +157,15 @@ class StaticSource:
             self.registry.record_live_stats(router_id, [live_row_dict(r) for r in rows])
 
 
-def set_deployment_url(registry: Any, name: str, url: str | None, *, launched: bool) -> str | None:
+def set_deployment_url(registry: Any, name: str, url: str | None, *, launched: bool, k: int | None = None) -> str | None:
     """Point a deployment at ``url`` in one registry transaction; returns the URL it had before.
 
     ``launched`` marks the URL as ours (see LAUNCHED_KEY) so a crashed fleet's URL is not mistaken
-    for a remote engine next time."""
+    for a remote engine next time; ``k``, the k its engine was started with, is kept beside it (a
+    ``k: auto`` resolved), so calibrations and the router know it."""
     from sqlalchemy import select
 
+    from polyspec.registry.calibrations import LAUNCHED_K
     from polyspec.registry.schema import Deployment
 
     with registry.session(write=True) as s:
@@ -168,8 +174,9 @@ def set_deployment_url(registry: Any, name: str, url: str | None, *, launched: b
             raise FleetError(f"deployment {name!r} disappeared from the registry")
         previous, stale = row.url, (row.launch or {}).get(LAUNCHED_KEY)
         row.url = url
-        launch = {k: v for k, v in (row.launch or {}).items() if k != LAUNCHED_KEY}
-        row.launch = {**launch, LAUNCHED_KEY: url} if launched else launch
+        launch = {key: v for key, v in (row.launch or {}).items() if key not in (LAUNCHED_KEY, LAUNCHED_K)}
+        mine = {LAUNCHED_KEY: url, **({LAUNCHED_K: k} if k is not None else {})}
+        row.launch = {**launch, **mine} if launched else launch
         return None if previous is not None and previous == stale else previous
 
 
@@ -248,7 +255,8 @@ class Fleet:
             return
         for m in self.members:
             if not m.remote and m.deployment:
-                previous = set_deployment_url(self.registry, m.deployment, m.url, launched=True)
+                k = m.launch.get("k") if m.launch and m.launch.get("draft") else None
+                previous = set_deployment_url(self.registry, m.deployment, m.url, launched=True, k=k)
                 self._restore.setdefault(m.deployment, previous)
 
     def stop(self) -> None:
@@ -319,7 +327,12 @@ def plan_up(config_path: Path | None, *, host: str | None, port: int | None, reg
         return UpPlan(members, StaticSource(members, registry), registry, router_host, router_port, registry_url)
     registry = open_registry(registry_url)
     router_host, router_port = host or "127.0.0.1", port or 8000
-    members = plan_from_registry(registry.active_deployments(), base_port=base_port, reserved=[router_port])
+    deployments = registry.active_deployments()
+    auto_k = {}
+    if any((d.launch or {}).get("k") == "auto" for d in deployments):
+        # The speed model's best k over each deployment's traffic (needs calibrations; else the draft's k).
+        auto_k = {kp.deployment: kp.best_k for kp in registry.plan(record=False).k if kp.best_k}
+    members = plan_from_registry(deployments, base_port=base_port, reserved=[router_port], auto_k=auto_k)
     return UpPlan(members, None, registry, router_host, router_port, registry_url)
 
 
@@ -357,9 +370,10 @@ def _dtype_label(requested: str) -> str:
 
 
 def run_up(plan: UpPlan, *, logs_dir: Path, ready_timeout: float = 900.0, log_level: str = "warning",
-           router_id: str | None = None, on_ready: Any = None, self_check: bool = True) -> None:
-    """Start engines (self-checked unless ``self_check`` is False), then the router; return after
-    Ctrl-C/SIGTERM with everything stopped.
+           router_id: str | None = None, on_ready: Any = None, self_check: bool = True,
+           calibrate: bool = False) -> None:
+    """Start engines (self-checked unless ``self_check`` is False), calibrate them for the speed policy when
+    asked, then the router; return after Ctrl-C/SIGTERM with everything stopped.
 
     A KeyboardInterrupt escapes only when the stop came while engines were still starting."""
     from rich.console import Console
@@ -372,6 +386,8 @@ def run_up(plan: UpPlan, *, logs_dir: Path, ready_timeout: float = 900.0, log_le
     with sigterm_as_interrupt():
         try:
             fleet.start(timeout=ready_timeout)
+            if calibrate:
+                calibrate_members(plan, console)
             _serve(plan, console, log_level, router_id, on_ready)
         finally:
             console.print("stopping engines…")
@@ -379,6 +395,21 @@ def run_up(plan: UpPlan, *, logs_dir: Path, ready_timeout: float = 900.0, log_le
             if plan.registry is not None:
                 plan.registry.close()
             console.print("fleet stopped")
+
+
+def calibrate_members(plan: UpPlan, console: Any) -> None:
+    """A quick calibration (batch 1 and 2, 32 tokens) of the fleet's registry deployments, before the router
+    starts, so that its first table has step times (router.speed). A failure is reported, not fatal: the
+    router then measures step times live."""
+    from polyspec.engines import calibrate_deployments, print_calibration
+
+    names = [m.deployment for m in plan.members if m.deployment]
+    if plan.registry is None or plan.source is not None or not names:
+        console.print("[yellow]--calibrate: only a fleet planned from the registry is calibrated; skipped[/]")
+        return
+    console.print(f"calibrating {len(names)} engine(s) for the speed policy…")
+    results = calibrate_deployments(plan.registry, names, batches=[1, 2], waves=1, max_tokens=32, progress=False)
+    print_calibration(results, console)
 
 
 def _serve(plan: UpPlan, console: Any, log_level: str, router_id: str | None, on_ready: Any) -> None:

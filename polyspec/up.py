@@ -23,13 +23,16 @@ def up(
     base_port: int = typer.Option(8101, help="First port for launched engines without one."),
     ready_timeout: float = typer.Option(900.0, help="Seconds to wait for each engine's health."),
     log_level: str = typer.Option("warning", help="uvicorn log level."),
+    calibrate: bool = typer.Option(False, "--calibrate", help="Calibrate the launched engines for the speed policy "
+                                   "(`polyspec engines calibrate`, quick: batch 1 and 2) before the router starts."),
 ) -> None:
     """Start one vLLM engine per active deployment (or per --config entry), then the router. Ctrl-C stops all."""
     from polyspec.fleet import plan_up, run_up
 
     try:
         plan = plan_up(config, host=host, port=port, registry_url=registry, base_port=base_port)
-        run_up(plan, logs_dir=get_settings().home / "logs", ready_timeout=ready_timeout, log_level=log_level)
+        run_up(plan, logs_dir=get_settings().home / "logs", ready_timeout=ready_timeout, log_level=log_level,
+               calibrate=calibrate)
     except KeyboardInterrupt:
         typer.echo("interrupted; fleet stopped", err=True)
         raise typer.Exit(130) from None

@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from polyspec.registry import calibrations
 from polyspec.registry.errors import AlreadyExists, NotFound, RegistryError
 from polyspec.registry.languages import normalize_languages
 from polyspec.registry.records import DeploymentView, LiveStatRecord
@@ -42,6 +43,9 @@ def deploy(
     verifier_row = draft.verifier if draft is not None else _deploy_verifier(session, verifier)
     if draft is not None and verifier is not None and verifier != verifier_row.name:
         raise RegistryError(f"{draft.name}@{draft.version} belongs to verifier {verifier_row.name}, not {verifier}")
+    k = (launch or {}).get("k")
+    if k is not None and k != "auto" and not (isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= 16):
+        raise RegistryError(f"launch k must be an integer from 1 to 16, or \"auto\", not {k!r}")
     langs = normalize_languages(languages) if languages else []
     if draft is None and not langs and not default:
         raise RegistryError("a deployment without a draft needs --languages or --default")
@@ -96,14 +100,33 @@ def _view(session: Session, row: Deployment) -> DeploymentView:
     draft = row.draft
     verifier = draft.verifier if draft is not None else session.get(Verifier, row.verifier_id) if row.verifier_id else None
     languages = list(row.languages or []) or (list(draft.languages) if draft is not None else [])
+    k = calibrations.served_k(row) if draft is not None else None
+    acceptance, samples = _offline_acceptance(session, draft)
     return DeploymentView(
         name=row.name, url=row.url, launch=dict(row.launch or {}), status=row.status, draft=_ref(draft),
         draft_name=draft.name if draft else None, draft_version=draft.version if draft else None,
-        draft_location=draft.location if draft else None, k=draft.k if draft else None,
+        draft_location=draft.location if draft else None, k=k,
         verifier_name=verifier.name if verifier else None, verifier_location=verifier.location if verifier else None,
         languages=languages, domain=row.domain, is_default=bool(row.is_default),
-        offline_mal=_best_mal(session, draft), created_at=row.created_at,
+        offline_mal=_best_mal(session, draft), offline_acceptance=acceptance, offline_samples=samples,
+        step_s=calibrations.step_costs(session, row.name, _ref(draft) or "none", k or 0), created_at=row.created_at,
     )
+
+
+def _offline_acceptance(session: Session, draft: Draft | None) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """Per language, the offline evaluation over all answers with the most prompts (the newest on a tie):
+    the speed model predicts for all traffic, loops included, so the non-degenerate subset is not used."""
+    if draft is None:
+        return {}, {}
+    chosen: dict[str, Evaluation] = {}
+    query = select(Evaluation).where(Evaluation.draft_id == draft.id, Evaluation.method.in_(OFFLINE_METHODS),
+                                     Evaluation.subset == "all", Evaluation.domain == "general")
+    for ev in session.scalars(query.order_by(Evaluation.id)):
+        have = chosen.get(ev.language)
+        if have is None or (ev.num_prompts or 0) >= (have.num_prompts or 0):
+            chosen[ev.language] = ev
+    return ({lang: list(ev.acceptance or []) for lang, ev in sorted(chosen.items())},
+            {lang: int(ev.num_prompts or 0) for lang, ev in sorted(chosen.items())})
 
 
 def _best_mal(session: Session, draft: Draft | None) -> dict[str, float]:
@@ -137,11 +160,15 @@ def record_live_stats(session: Session, router_id: str, rows: Iterable[Any]) -> 
             if value < 0:
                 raise RegistryError(f"live stat {counter} must not be negative ({value})")
             setattr(stat, counter, (getattr(stat, counter) or 0) + value)
-        stat.accepted_per_pos = _add_lists(stat.accepted_per_pos or [], list(_field(item, "accepted_per_pos", []) or []))
+        stat.accepted_per_pos = add_lists(stat.accepted_per_pos or [], list(_field(item, "accepted_per_pos", []) or []))
+        seconds = float(_field(item, "generation_s", 0.0) or 0.0)
+        if not 0.0 <= seconds < 1e12:  # also refuses NaN
+            raise RegistryError(f"live stat generation_s must be a non-negative number of seconds ({seconds})")
+        stat.generation_s = (stat.generation_s or 0.0) + seconds
         session.flush()
 
 
-def _add_lists(a: list[int], b: list[int]) -> list[int]:
+def add_lists(a: list[int], b: list[int]) -> list[int]:
     n = max(len(a), len(b))
     return [int(a[i] if i < len(a) else 0) + int(b[i] if i < len(b) else 0) for i in range(n)]
 
@@ -154,10 +181,11 @@ def live_stats(session: Session, *, router_id: str | None = None) -> list[LiveSt
     merged: dict[tuple[str, str, str], dict[str, Any]] = {}
     for stat in session.scalars(query):
         key = (stat.language, stat.domain, stat.draft_name)
-        acc = merged.setdefault(key, {"accepted_per_pos": [], **{c: 0 for c in _COUNTERS}})
+        acc = merged.setdefault(key, {"accepted_per_pos": [], "generation_s": 0.0, **{c: 0 for c in _COUNTERS}})
         for counter in _COUNTERS:
             acc[counter] += getattr(stat, counter) or 0
-        acc["accepted_per_pos"] = _add_lists(acc["accepted_per_pos"], list(stat.accepted_per_pos or []))
+        acc["generation_s"] += stat.generation_s or 0.0
+        acc["accepted_per_pos"] = add_lists(acc["accepted_per_pos"], list(stat.accepted_per_pos or []))
     return [
         LiveStatRecord(router_id=router_id or "*", language=k[0], domain=k[1], draft_name=k[2], **v)
         for k, v in sorted(merged.items())

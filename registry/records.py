@@ -114,7 +114,31 @@ class DeploymentView(Record):
     domain: str = "general"
     is_default: bool = False
     offline_mal: dict[str, float] = Field(default_factory=dict)  # best mean acceptance length per language
+    # The speed model's inputs (core.speed): per language, the offline per-position acceptance over all
+    # answers and the prompts behind it; batch size -> seconds per step from the newest calibration.
+    offline_acceptance: dict[str, list[float]] = Field(default_factory=dict)
+    offline_samples: dict[str, int] = Field(default_factory=dict)
+    step_s: dict[int, float] = Field(default_factory=dict)
     created_at: dt.datetime | None = None
+
+
+class CalibrationRecord(Record):
+    deployment: str
+    url: str
+    draft_name: str
+    k: int
+    batch_size: int
+    step_s: float
+    tokens_per_s: float
+    requests: int
+    details: dict[str, Any] = Field(default_factory=dict)
+    created_at: dt.datetime | None = None
+
+    @classmethod
+    def of(cls, row: schema.EngineCalibration) -> CalibrationRecord:
+        return cls(deployment=row.deployment, url=row.url, draft_name=row.draft_name, k=row.k,
+                   batch_size=row.batch_size, step_s=row.step_s, tokens_per_s=row.tokens_per_s,
+                   requests=row.requests, details=dict(row.details or {}), created_at=row.created_at)
 
 
 class LanguageProfileRecord(Record):
@@ -157,12 +181,13 @@ class LiveStatRecord(Record):
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     accepted_per_pos: list[int] = Field(default_factory=list)
+    generation_s: float = 0.0
 
     @property
     def counts(self) -> SpecCounts:
         """The row as the one counter type; every figure derives from it."""
         return SpecCounts(self.requests, self.completion_tokens, self.num_spec_steps, self.num_draft_tokens,
-                          self.num_accepted_tokens, tuple(self.accepted_per_pos))
+                          self.num_accepted_tokens, tuple(self.accepted_per_pos), self.generation_s)
 
     @property
     def mean_acceptance_length(self) -> float | None:

@@ -139,6 +139,44 @@ class LiveStat(Base):
     num_draft_tokens: Mapped[int] = mapped_column(Integer, default=0)
     num_accepted_tokens: Mapped[int] = mapped_column(Integer, default=0)
     accepted_per_pos: Mapped[list[Any]] = mapped_column(default=list)  # steps accepting >= i drafts
+    # wall seconds of the answered requests at the engine (dispatch to last byte): observed tokens/s is
+    # completion_tokens / generation_s
+    generation_s: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+
+
+class EngineCalibration(Base):
+    """One point of an engine's step-cost curve (core.speed): seconds per verify step (per token without a
+    draft) at one batch size, measured by `polyspec engines calibrate`. The newest point per (deployment,
+    batch size) is the one in use; older ones stay as history."""
+
+    __tablename__ = "engine_calibrations"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    deployment: Mapped[str] = mapped_column(String(200), index=True)
+    url: Mapped[str] = mapped_column(Text)
+    draft_name: Mapped[str] = mapped_column(String(200))  # "name@version", or "none" without speculation
+    k: Mapped[int] = mapped_column(Integer)  # num_speculative_tokens; 0 without speculation
+    batch_size: Mapped[int] = mapped_column(Integer)
+    step_s: Mapped[float] = mapped_column(Float)
+    tokens_per_s: Mapped[float] = mapped_column(Float)  # per stream
+    requests: Mapped[int] = mapped_column(Integer)
+    details: Mapped[dict[str, Any]] = mapped_column(default=dict)  # spread, tokens, steps, max_tokens, host
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Recommendation(Base):
+    """An open suggestion for an operator (or `polyspec adapt`), e.g. "train a draft for it", written by
+    `polyspec deploy plan`. One open row per (kind, subject); closing it keeps it as history."""
+
+    __tablename__ = "recommendations"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kind: Mapped[str] = mapped_column(String(40))  # train-draft | no-speculation | change-k
+    subject: Mapped[str] = mapped_column(String(250))  # a language, or a deployment name
+    status: Mapped[str] = mapped_column(String(20), default="open")  # open | done | dismissed
+    details: Mapped[dict[str, Any]] = mapped_column(default=dict)  # the figures behind it
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
 
 

@@ -13,11 +13,11 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from polyspec.core.acceptance import MAL_TOLERANCE, mal_from_positions
-from polyspec.registry import artifacts, db, deployments, profiles, promotion, transfer
+from polyspec.registry import artifacts, calibrations, db, deployments, planning, profiles, promotion, transfer
 from polyspec.registry.errors import AlreadyExists, InvalidDraft, InvalidEvaluation, NotFound, RegistryError, RegistryMissing
 from polyspec.registry.languages import normalize_languages
 from polyspec.registry.records import (
-    DeploymentView, DraftRecord, EvaluationRecord, EventRecord, LanguageProfileRecord, LiveStatRecord,
+    CalibrationRecord, DeploymentView, DraftRecord, EvaluationRecord, EventRecord, LanguageProfileRecord, LiveStatRecord,
     PromotionResult, VerifierRecord,
 )
 from polyspec.registry.schema import Draft, Evaluation, Event, Verifier
@@ -332,6 +332,34 @@ class Registry:
     def live_stats(self, *, router_id: str | None = None) -> list[LiveStatRecord]:
         with self.session() as s:
             return deployments.live_stats(s, router_id=router_id)
+
+    def record_calibration(self, deployment: str, points: list[Mapping[str, Any]], *, who: str = "calibrate") -> int:
+        """Store one calibration run of a deployment (registry.calibrations); returns the points stored."""
+        with self.session(write=True) as s:
+            return calibrations.record(s, deployment, points, who=who)
+
+    def calibrations(self, deployment: str | None = None) -> list[CalibrationRecord]:
+        """The newest point per (deployment, batch size)."""
+        with self.session() as s:
+            return calibrations.latest(s, deployment)
+
+    def plan(self, *, min_share: float = 0.05, min_speedup: float = 1.10, min_k_gain: float = 1.03,
+             record: bool = True) -> planning.Plan:
+        """`polyspec deploy plan`: the speed model over the fleet as deployed (registry.planning); open
+        recommendations are stored unless ``record`` is False."""
+        with self.session(write=record) as s:
+            deps, stats = deployments.views(s), deployments.live_stats(s)
+            langs = planning.language_plans(deps, stats, min_share=min_share, min_speedup=min_speedup)
+            ks = planning.k_plans(deps, langs, stats)
+            recs = planning.recommendations(langs, ks, min_share=min_share, min_k_gain=min_k_gain)
+            if record:
+                planning.store(s, recs)
+            return planning.Plan(langs, ks, recs)
+
+    def recommendations(self, kind: str | None = None) -> list[dict[str, Any]]:
+        """Open recommendations (oldest first), e.g. ``kind="train-draft"``."""
+        with self.session() as s:
+            return planning.open_recommendations(s, kind)
 
     def add_language(
         self, code: str, prompts_file: str | Path, verifier: str | None = None, **options: Any

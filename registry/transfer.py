@@ -14,7 +14,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from polyspec.registry.errors import ImportFailed
-from polyspec.registry.schema import Deployment, Draft, Evaluation, Event, LanguageProfile, LiveStat, Verifier
+from polyspec.registry.schema import (
+    Deployment, Draft, EngineCalibration, Evaluation, Event, LanguageProfile, LiveStat, Verifier,
+)
 
 FORMAT = "polyspec-registry"
 FORMAT_VERSION = 1
@@ -27,7 +29,10 @@ _EVAL_DEFAULTS = {"subset": "all", "degenerate_share": None}  # exports written 
 _DEPLOY_COLS = ("name", "url", "launch", "languages", "domain", "is_default", "status")
 _PROFILE_COLS = ("code", "name", "script", "is_latin", "coverage", "plan", "reason", "prompts_file", "num_prompts")
 _LIVE_COLS = ("router_id", "language", "domain", "draft_name", "requests", "completion_tokens", "num_spec_steps",
-              "num_draft_tokens", "num_accepted_tokens", "accepted_per_pos")
+              "num_draft_tokens", "num_accepted_tokens", "accepted_per_pos", "generation_s")
+_LIVE_DEFAULTS = {"generation_s": 0.0}  # exports written before migration 0003 lack it
+_CALIBRATION_COLS = ("deployment", "url", "draft_name", "k", "batch_size", "step_s", "tokens_per_s", "requests",
+                     "details")
 
 
 def _iso(value: dt.datetime | None) -> str | None:
@@ -63,6 +68,8 @@ def export_all(s: Session) -> dict[str, Any]:
                               for p in s.scalars(select(LanguageProfile).order_by(LanguageProfile.id))],
         "live_stats": [{**_cols(x, _LIVE_COLS), "updated_at": _iso(x.updated_at)}
                        for x in s.scalars(select(LiveStat).order_by(LiveStat.id))],
+        "engine_calibrations": [{**_cols(c, _CALIBRATION_COLS), "created_at": _iso(c.created_at)}
+                                for c in s.scalars(select(EngineCalibration).order_by(EngineCalibration.id))],
         "events": [{"kind": e.kind, "subject": e.subject, "details": e.details, "created_at": _iso(e.created_at)}
                    for e in s.scalars(select(Event).order_by(Event.id))],
     }
@@ -81,7 +88,7 @@ def import_all(s: Session, data: Mapping[str, Any]) -> dict[str, int]:
 
 def _import(s: Session, data: Mapping[str, Any]) -> dict[str, int]:
     added = dict.fromkeys(("verifiers", "drafts", "evaluations", "deployments", "language_profiles",
-                           "live_stats", "events"), 0)
+                           "live_stats", "engine_calibrations", "events"), 0)
     verifiers = {v.name: v for v in s.scalars(select(Verifier))}
     for item in data.get("verifiers", []):
         have = verifiers.get(item["name"])
@@ -115,7 +122,11 @@ def _import(s: Session, data: Mapping[str, Any]) -> dict[str, int]:
     added["deployments"] = _import_deployments(s, data.get("deployments", []), drafts, verifiers)
     added["language_profiles"] = _import_profiles(s, data.get("language_profiles", []), verifiers)
     added["live_stats"] = _import_simple(s, LiveStat, data.get("live_stats", []), _LIVE_COLS,
-                                         ("router_id", "language", "domain", "draft_name"), "updated_at")
+                                         ("router_id", "language", "domain", "draft_name"), "updated_at",
+                                         _LIVE_DEFAULTS)
+    added["engine_calibrations"] = _import_simple(
+        s, EngineCalibration, data.get("engine_calibrations", []), _CALIBRATION_COLS,
+        ("deployment", "batch_size", "created_at"), "created_at")
     added["events"] = _import_simple(s, Event, data.get("events", []), ("kind", "subject", "details"),
                                      ("kind", "subject", "created_at"), "created_at")
     return added
@@ -173,13 +184,14 @@ def _import_profiles(s: Session, items: list[dict[str, Any]], verifiers: dict[st
 
 
 def _import_simple(s: Session, model: type, items: list[dict[str, Any]], cols: tuple[str, ...],
-                   key_cols: tuple[str, ...], time_col: str) -> int:
+                   key_cols: tuple[str, ...], time_col: str, defaults: Mapping[str, Any] | None = None) -> int:
     def key_of(get: Any) -> tuple[Any, ...]:
         return tuple(_iso(get(c)) if c == time_col and not isinstance(get(c), str) else get(c) for c in key_cols)
 
     have = {key_of(lambda c, r=r: getattr(r, c)) for r in s.scalars(select(model))}
     n = 0
     for item in items:
+        item = {**(defaults or {}), **item}
         key = key_of(item.get)
         if key in have:
             continue

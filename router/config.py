@@ -11,6 +11,7 @@ from polyspec.core.settings import get_settings
 import ipaddress
 import socket
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -44,6 +45,24 @@ class RouterConfig(BaseSettings):
     # Policy: live acceptance replaces offline evaluations as live evidence accumulates.
     prior_spec_steps: int = Field(
         default=2000, ge=0, description="Weight (in spec steps) of the offline MAL in the live/offline blend."
+    )
+    policy: Literal["speed", "mal"] = Field(
+        default="speed",
+        description="speed: the pool with the highest predicted tokens/s, speculation-free pools included "
+        "(router.speed, docs/speed.md); mal: the pool whose draft has the best mean acceptance length.",
+    )
+    explore_share: float = Field(
+        default=0.02, ge=0.0, le=0.5,
+        description="Share of a (language, domain)'s requests sent to the candidate with the least evidence "
+        "rather than the predicted fastest, so estimates cannot go stale; 0 turns exploration off.",
+    )
+    speed_confidence_z: float = Field(
+        default=1.64, ge=0.0, le=5.0,
+        description="The speed policy ranks by mean tokens per step minus z standard errors (1.64: one-sided 95 %).",
+    )
+    prior_step_requests: int = Field(
+        default=20, ge=0,
+        description="Weight (in requests) of a calibrated step time against the step times this router measures.",
     )
 
     # Upstream traffic.

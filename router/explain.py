@@ -58,8 +58,9 @@ class PoolFigures:
     offline_mal: float | None
     live_mal: float | None
     live_spec_steps: int
-    blended_mal: float | None  # router.policy.blended_mal: the figure pools are ranked by
+    blended_mal: float | None  # router.policy.blended_mal: the figure the MAL policy ranks by
     replicas: list[dict[str, Any]]
+    speed: dict[str, Any] | None = None  # router.speed.Candidate.to_json(): what the speed policy ranks by
 
 
 @dataclass
@@ -77,6 +78,7 @@ class Explanation:
     outcome: dict[str, Any]  # {"status": 200} or the OpenAI error the router would answer
     reason: str
     notes: list[str] = field(default_factory=list)
+    policy: dict[str, Any] = field(default_factory=dict)  # {"policy": "speed"|"mal", "reason": ...}
 
 
 # --- input ---------------------------------------------------------------------------------------
@@ -166,10 +168,11 @@ def _tier(table: RoutingTable, pool: Pool, language: str, domain: str) -> str:
         return "language"
     if any(p.key == pool.key for p in table.default_pools()):
         return "default"
-    return "model"
+    return "model" if pool.speculates else "no-speculation"
 
 
-def _figures(rt: RouterRuntime, pools: list[Pool], d: Decision, serving: frozenset[str] | None) -> list[PoolFigures]:
+def _figures(rt: RouterRuntime, pools: list[Pool], d: Decision, serving: frozenset[str] | None,
+             speed: Mapping[str, dict[str, Any]]) -> list[PoolFigures]:
     from polyspec.router.policy import blended_mal
 
     live, prior = rt.telemetry.live_lookup(), rt.config.prior_spec_steps
@@ -183,7 +186,7 @@ def _figures(rt: RouterRuntime, pools: list[Pool], d: Decision, serving: frozens
             rank, _tier(rt.table, pool, d.language, d.domain), pool.key, pool.draft, list(pool.languages),
             pool.domain, pool.is_default, pool.offline_mal.get(d.language),
             mean_acceptance_length(row.num_accepted_tokens, steps) if row else None, steps,
-            blended_mal(pool, d.language, d.domain, live, prior), replicas))
+            blended_mal(pool, d.language, d.domain, live, prior), replicas, speed.get(pool.key)))
     return out
 
 
@@ -217,7 +220,9 @@ def decide(rt: RouterRuntime, raw: bytes, headers: dict[str, str], kind: str, pr
     model_refused = bool(refused)
     pools = [] if outcome_error else routing.pools
     targets = [] if outcome_error else routing.targets
-    figures = _figures(rt, pools, d, serving)
+    ranking = None if outcome_error else routing.ranking
+    speed = {cand.pool.key: cand.to_json() for cand in ranking.candidates} if ranking else {}
+    figures = _figures(rt, pools, d, serving, speed)
     if not targets and outcome_error is None:  # the very error proxy.prepare raises then
         outcome_error = NoBackend(f"No healthy engine for language '{d.language}' (domain '{d.domain}') "
                                   "nor in the default pool.")
@@ -233,14 +238,17 @@ def decide(rt: RouterRuntime, raw: bytes, headers: dict[str, str], kind: str, pr
     return Explanation(
         endpoint=kind, registry="", model=model,
         settings={"language_threshold": c.language_threshold, "default_language": rt.default_language,
-                  "prior_spec_steps": c.prior_spec_steps, "max_attempts": c.max_attempts},
+                  "prior_spec_steps": c.prior_spec_steps, "max_attempts": c.max_attempts, "policy": c.policy,
+                  "explore_share": c.explore_share, "speed_confidence_z": c.speed_confidence_z},
         decision={"language": d.language, "confidence": round(d.confidence, 4), "detected": d.detected,
                   "source": d.source, "domain": d.domain, "domain_pinned": pinned_domain,
                   "stats_language": d.stats_language},
         table_pools=len(rt.table.pools), pools=figures,
         attempts=[_target(t) for t in targets], chosen=_target(targets[0]) if targets else None,
         health="probed" if probed else "assumed", outcome=outcome,
-        reason=reason(d, pinned_domain, figures, targets, outcome_error, rt, probed, model_refused), notes=notes)
+        reason=reason(d, pinned_domain, figures, targets, outcome_error, rt, probed, model_refused,
+                      ranking.reason if ranking else None),
+        notes=notes, policy={"policy": c.policy, "reason": ranking.reason if ranking else None})
 
 
 def _target(t: Target) -> dict[str, str]:
@@ -278,11 +286,29 @@ _TIER_WORDS = {
     "language": "no pool serves {lang}/{dom}, so {lang}/general",
     "default": "no pool serves {lang}, so the default pool",
     "model": "no pool of the language or default pool serves the model, so any pool that does",
+    "no-speculation": "the verifier without a draft, which serves every language",
 }
 
 
+def _speed_words(chosen: PoolFigures, figures: list[PoolFigures], why: str) -> str | None:
+    """The speed policy's choice in words; None when it ranked nothing (no pool has a step time)."""
+    s = chosen.speed
+    if why not in ("fastest", "explore") or s is None or s["predicted_tps"] is None:
+        return None
+    basis = (f"E={s['expected_tokens_per_step']:.2f} tokens/step (lower bound {s['expected_lower']:.2f}) over "
+             f"{s['step_s'] * 1000:.1f} ms/step at batch {s['batch']} ({s['step_source']})")
+    others = [f for f in figures if f is not chosen and f.speed and f.speed["predicted_tps"] is not None]
+    runner = f"; next: {others[0].pool} at {others[0].speed['predicted_tps']:.2f}" if others else ""  # type: ignore[index]
+    if why == "explore":
+        return (f"speed policy exploring: pool {chosen.pool} ({s['predicted_tps']:.2f} tokens/s predicted, {basis}) "
+                "has the least evidence; one request in 1/explore_share goes there so its estimate stays fresh")
+    return (f"speed policy: pool {chosen.pool} is the fastest predicted, {s['predicted_tps']:.2f} tokens/s "
+            f"(ranked by its lower bound {s['predicted_tps_lower']:.2f}; {basis}){runner}")
+
+
 def reason(d: Decision, pinned_domain: bool, figures: list[PoolFigures], targets: list[Target],
-           error: RouterError | None, rt: RouterRuntime, probed: bool, model_refused: bool = False) -> str:
+           error: RouterError | None, rt: RouterRuntime, probed: bool, model_refused: bool = False,
+           speed_reason: str | None = None) -> str:
     """Why the router routes (or refuses) the request, in one paragraph an operator can act on."""
     parts = [_language_words(d, rt.config.language_threshold),
              f"domain {d.domain} {'pinned' if pinned_domain else 'detected from the text'}"]
@@ -301,7 +327,10 @@ def reason(d: Decision, pinned_domain: bool, figures: list[PoolFigures], targets
     tier = _TIER_WORDS[chosen.tier].format(lang=d.language, dom=d.domain)
     score = _score_words(chosen, rt.config.prior_spec_steps)
     in_tier = sum(1 for f in figures if f.tier == chosen.tier)
-    if chosen.rank > 1:
+    speed = _speed_words(chosen, figures, speed_reason or "")
+    if speed is not None and chosen.rank == 1:
+        parts.append(speed)
+    elif chosen.rank > 1:
         parts.append(f"pool {chosen.pool} ({tier}), ranked {chosen.rank} with "
                      f"{score or f'no MAL figure for {d.language}'}, is the first with a healthy replica")
     elif in_tier == 1:
@@ -337,13 +366,18 @@ def render(e: Explanation) -> None:
     if e.pools:
         table = Table(title=f"Candidate pools for {d['language']}/{d['domain']}, in the router's order")
         lang = d["language"]
+        numeric = ("#", "live steps", "tokens/step", "ms/step", "tok/s", "tok/s low")
         for name in ("#", "tier", "pool", "languages", "domain", "default", f"offline MAL ({lang})", "live MAL",
-                     "live steps", "blended MAL", "replicas"):
-            table.add_column(name, justify="right" if "MAL" in name or name in ("#", "live steps") else "left")
+                     "live steps", "blended MAL", "tokens/step", "ms/step", "tok/s", "tok/s low", "replicas"):
+            table.add_column(name, justify="right" if "MAL" in name or name in numeric else "left")
         for f in e.pools:
             replicas = ", ".join(f"{r['name']}{'' if r['healthy'] else ' (down)'}" for r in f.replicas)
+            s = f.speed or {}
+            step = s.get("step_s")
             table.add_row(str(f.rank), f.tier, f.pool, ",".join(f.languages), f.domain, "yes" if f.is_default else "",
-                          _num(f.offline_mal), _num(f.live_mal), str(f.live_spec_steps), _num(f.blended_mal), replicas)
+                          _num(f.offline_mal), _num(f.live_mal), str(f.live_spec_steps), _num(f.blended_mal),
+                          _num(s.get("expected_tokens_per_step")), _num(None if step is None else step * 1000),
+                          _num(s.get("predicted_tps")), _num(s.get("predicted_tps_lower")), replicas)
         out.print(table)
     if e.chosen:
         tries = " → ".join(f"{a['replica']} ({a['url']})" for a in e.attempts)

@@ -16,6 +16,7 @@ from polyspec.router.classify import Decision
 from polyspec.router.errors import RouterError, UpstreamFailed, UpstreamTimeout
 from polyspec.router.policy import Target
 from polyspec.router.runtime import RouterRuntime
+from polyspec.router.speed import Ranking
 from polyspec.router.upstream import is_timeout
 
 PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
@@ -35,16 +36,43 @@ class Job:
     stream: bool
     client_usage: bool
     started: float
+    ranking: Ranking | None = None  # the speed policy's candidates (router.speed); None under the MAL policy
+    explain: bool = False  # the client asked for the decision in response headers (X-Polyspec-Explain)
     recorded: bool = field(default=False, init=False)
+    attempt_started: float = field(default=0.0, init=False)
+    batch: int = field(default=1, init=False)  # streams on the engine, this one included, when it was sent
+
+    def begin_attempt(self, in_flight: int) -> None:
+        """Called as a replica is acquired: the attempt's clock and the batch it joins (live step times)."""
+        self.attempt_started = time.perf_counter()
+        self.batch = max(1, in_flight)
 
     @property
     def endpoint(self) -> str:
         return PATHS[self.kind]
 
 
-def router_headers(decision: Decision, target: Target, upstream: Mapping[str, str] | None = None) -> list[tuple[bytes, bytes]]:
+def explain_headers(job: Job, target: Target) -> list[tuple[bytes, bytes]]:
+    """The speed policy's decision, for a client that sent ``X-Polyspec-Explain: 1``: the reason, the
+    predicted tokens/s of the pool that answers, and the candidates as ``draft=tokens/s`` (at most 8)."""
+    ranking = job.ranking
+    if not job.explain or ranking is None:
+        return []
+    mine = next((c for c in ranking.candidates if c.pool.key == target.pool.key), None)
+    reason = ranking.reason if mine is ranking.chosen else "fallback"
+    listed = ",".join(f"{c.pool.draft}={'-' if c.tps is None else f'{c.tps:.2f}'}" for c in ranking.candidates[:8])
+    out = [(b"x-polyspec-route-reason", reason.encode()),
+           (b"x-polyspec-candidates", listed.encode("latin-1", errors="replace"))]
+    if mine is not None and mine.tps is not None:
+        out.append((b"x-polyspec-predicted-tps", f"{mine.tps:.2f}".encode()))
+    return out
+
+
+def router_headers(decision: Decision, target: Target, upstream: Mapping[str, str] | None = None,
+                   job: Job | None = None) -> list[tuple[bytes, bytes]]:
     passed = [(k.encode(), upstream[k].encode("latin-1")) for k in PASSED_UPSTREAM_HEADERS
               if upstream is not None and k in upstream]
+    passed += explain_headers(job, target) if job is not None else []
     return passed + [
         (b"x-polyspec-language", decision.language.encode("latin-1")),
         (b"x-polyspec-confidence", f"{decision.confidence:.4f}".encode()),
@@ -93,7 +121,27 @@ def record(rt: RouterRuntime, job: Job, target: Target | None, status: str, spec
     rt.telemetry.observe_result(job.endpoint, language, d.domain, backend, status)
     rt.telemetry.metrics.latency_of(job.endpoint, "true" if job.stream else "false").observe(time.perf_counter() - job.started)
     if target is not None and status == "ok":
-        rt.telemetry.observe_acceptance((language, d.domain, target.pool.draft), spec, tokens)
+        elapsed = time.perf_counter() - job.attempt_started if job.attempt_started else 0.0
+        counts = rt.telemetry.observe_acceptance((language, d.domain, target.pool.draft), spec, tokens, elapsed)
+        steps = counts.num_spec_steps if target.pool.speculates else tokens
+        rt.live_steps.observe(target.replica.url, job.batch, elapsed, steps, tokens)
+        observe_speed(rt, job, target, language, counts)
+
+
+def observe_speed(rt: RouterRuntime, job: Job, target: Target, language: str, counts: Any) -> None:
+    """Predicted and observed tokens/s of the answering pool, for Prometheus (bounded labels: the stats
+    language and the table's drafts)."""
+    m = rt.telemetry.metrics
+    ranking = job.ranking
+    reason = "mal_policy" if ranking is None else ranking.reason
+    mine = None if ranking is None else next((c for c in ranking.candidates if c.pool.key == target.pool.key), None)
+    if ranking is not None and mine is not ranking.chosen:
+        reason = "fallback"
+    m.route_choices_of(language, target.pool.draft, reason).inc()
+    if mine is not None and mine.tps is not None:
+        m.predicted_tps_of(language, target.pool.draft).set(mine.tps)
+    if counts.tokens_per_second is not None:
+        m.request_tps_of(language, target.pool.draft).observe(counts.tokens_per_second)
 
 
 class Reported(msgspec.Struct):

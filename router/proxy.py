@@ -41,7 +41,7 @@ async def prepare(rt: RouterRuntime, raw: bytes, headers: dict[str, str], kind: 
         # vLLM reports per-request acceptance for streams only in the usage chunk.
         body["stream_options"] = {**options, "include_usage": True}
     job = Job(kind, decision, targets, body, routing.strict, routing.serving is None, upstream_headers(headers),
-              stream, client_usage, started)
+              stream, client_usage, started, routing.ranking, headers.get("x-polyspec-explain", "") in ("1", "true"))
     if not targets:
         record(rt, job, None, "no_backend")  # classified (its traffic counted), so its outcome is too
         raise NoBackend(f"No healthy engine for language '{decision.language}' (domain '{decision.domain}') "
@@ -56,6 +56,7 @@ async def _unary(rt: RouterRuntime, job: Job, send: Send) -> None:
     for target in job.targets:
         url = target.replica.url
         rt.backends.acquire(url)
+        job.begin_attempt(rt.backends.in_flight(url))
         try:
             resp = await rt.backends.upstream.post(url + job.endpoint, payload(rt, job, target), job.headers)
             try:
@@ -74,7 +75,7 @@ async def _unary(rt: RouterRuntime, job: Job, send: Send) -> None:
             continue
         spec, tokens = completion_telemetry(content) if status < 400 else (None, 0)
         record(rt, job, target, "ok" if status < 400 else f"http_{status}", spec, tokens)
-        headers = router_headers(job.decision, target, resp.headers)
+        headers = router_headers(job.decision, target, resp.headers, job)
         headers.append((b"content-type", content_type(resp.headers.get("content-type"), "application/json")))
         await send_response(send, status, headers, content)
         return

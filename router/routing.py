@@ -15,6 +15,7 @@ from polyspec.router.body import Body, decode_body, field
 from polyspec.router.classify import Decision, classify, pop_router_fields, table_domains
 from polyspec.router.errors import BadRequest, ModelNotFound, NoBackend
 from polyspec.router.policy import Target, candidate_pools, plan_attempts
+from polyspec.router.speed import Ranking, SpeedInputs, extra_pools, rank
 from polyspec.router.table import Pool
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ class Routing:
     decision: Decision
     pools: list[Pool]
     targets: list[Target]
+    ranking: Ranking | None = None  # the speed policy's candidates and reason; None under the MAL policy
 
 
 def model_filter(rt: RouterRuntime, model: Any) -> frozenset[str] | None:
@@ -55,9 +57,18 @@ def route(rt: RouterRuntime, raw: bytes, headers: dict[str, str], kind: str,
     body, strict = decode_body(raw)
     pins = pop_router_fields(body)
     serving = serving_of(rt, field(body, "model"))
-    decision = classify(body, kind, headers, pins, table.languages, rt.default_language, c.language_threshold,
+    decision = classify(body, kind, headers, pins, rt.languages_of(table), rt.default_language, c.language_threshold,
                         c.langid_max_chars, allowed=rt.langid_labels(table), domains=table_domains(table))
-    pools = candidate_pools(table, decision.language, decision.domain, rt.telemetry.live_lookup(),
-                            c.prior_spec_steps, serving)
+    live = rt.telemetry.live_lookup()
+    pools = candidate_pools(table, decision.language, decision.domain, live, c.prior_spec_steps, serving)
+    ranking = None
+    if c.policy == "speed":
+        inputs = SpeedInputs(live, rt.live_steps, rt.explorer, rt.backends.in_flight, rt.backends.is_healthy,
+                             c.prior_spec_steps, c.prior_step_requests, c.speed_confidence_z)
+        extra = extra_pools(table, decision.language, decision.domain, live, serving)
+        memo = table.cached("speed_memo")
+        memo = table.cache("speed_memo", {}) if memo is None else memo
+        ranking = rank(pools, extra, decision.language, decision.domain, inputs, memo)
+        pools = [cand.pool for cand in ranking.candidates]
     targets = plan_attempts(pools, rt.backends.is_healthy, rt.backends.in_flight, c.max_attempts, serving)
-    return Routing(body, strict, pins, serving, decision, pools, targets)
+    return Routing(body, strict, pins, serving, decision, pools, targets, ranking)

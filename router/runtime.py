@@ -14,6 +14,7 @@ from polyspec.core.langid import LabelSet, allowed_labels
 from polyspec.router.backends import Backends
 from polyspec.router.capture import PromptCapture
 from polyspec.router.config import RouterConfig
+from polyspec.router.speed import Explorer, LiveSteps
 from polyspec.router.table import RegistrySource, RoutingTable, TableSource, build_table
 from polyspec.router.telemetry import Telemetry
 
@@ -40,6 +41,8 @@ class RouterRuntime:
         self.table = RoutingTable(pools=[], default_language=self.default_language)
         self.backends = Backends(config)
         self.telemetry = Telemetry(config.router_id)
+        self.live_steps = LiveSteps()  # step times measured on each replica (router.speed)
+        self.explorer = Explorer(config.explore_share)
         self.capture = PromptCapture.from_config(config, metrics=self.telemetry.metrics) if config.capture else None
         self.last_refresh: float | None = None
         self.last_refresh_error: str | None = None
@@ -206,11 +209,16 @@ class RouterRuntime:
     def known_models(self) -> list[str]:
         return sorted(set(self.config.model_aliases) | self.backends.model_ids())
 
+    def languages_of(self, table: RoutingTable) -> set[str]:
+        """The languages requests are classified and counted under: the served ones and the default, and under
+        the speed policy also those some draft has a figure for (RoutingTable.known_languages)."""
+        return table.known_languages if self.config.policy == "speed" else table.languages
+
     def langid_labels(self, table: RoutingTable) -> LabelSet:
-        """The languages langid may choose from for ``table``: the ones it serves and the default."""
+        """The languages langid may choose from for ``table`` (``languages_of``, the default included)."""
         labels = table.cached("langid_labels")
         if labels is None:
-            labels = table.cache("langid_labels", allowed_labels(table.languages | {self.default_language}))
+            labels = table.cache("langid_labels", allowed_labels(self.languages_of(table) | {self.default_language}))
         return labels
 
     def not_ready_reason(self) -> str | None:

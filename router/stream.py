@@ -95,7 +95,7 @@ async def _open(rt: RouterRuntime, job: Job, target: Target, errors: list[tuple[
                 errors.append((target.replica.name, f"HTTP {resp.status}"))
                 fail(rt, target, f"http_{resp.status}", content.decode(errors="replace")[:200])
                 return None
-            headers = router_headers(job.decision, target, resp.headers)
+            headers = router_headers(job.decision, target, resp.headers, job)
             headers.append((b"content-type", content_type(resp.headers.get("content-type"), "application/json")))
             return resp.status, headers, content
         first = await resp.content.readany()
@@ -121,6 +121,7 @@ async def stream(rt: RouterRuntime, job: Job, send: Send) -> None:
     for target in job.targets:
         url = target.replica.url
         rt.backends.acquire(url)
+        job.begin_attempt(rt.backends.in_flight(url))
         try:  # released however the attempt ends, a client disconnect before the first byte included
             opened = await _open(rt, job, target, errors)
             if opened is None:
@@ -161,7 +162,7 @@ async def _relay(rt: RouterRuntime, job: Job, target: Target, resp: aiohttp.Clie
     events = EventSplitter(job.client_usage)
     status, done, data = "router_error", False, first  # "router_error": anything unforeseen cut it short
     try:
-        headers = router_headers(job.decision, target, resp.headers)
+        headers = router_headers(job.decision, target, resp.headers, job)
         headers += [(b"cache-control", b"no-cache"),
                     (b"content-type", content_type(resp.headers.get("content-type"), "text/event-stream"))]
         await send({"type": "http.response.start", "status": resp.status, "headers": headers})

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,9 +37,20 @@ class Pool:
     is_default: bool
     offline_mal: dict[str, float]
     replicas: list[Replica] = field(default_factory=list)
+    # The speed model's inputs (core.speed): drafted tokens per step (0: no speculation), offline
+    # per-position acceptance and its prompts per language, and batch size -> calibrated step seconds
+    # (the mean over the pool's calibrated replicas).
+    k: int = 0
+    offline_acceptance: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    offline_samples: dict[str, int] = field(default_factory=dict)
+    step_s: dict[int, float] = field(default_factory=dict)
 
     @property
-    def key(self) -> str:
+    def speculates(self) -> bool:
+        return self.draft != NO_DRAFT
+
+    @cached_property
+    def key(self) -> str:  # cached: the policy reads it several times per request; its parts never change
         return f"{self.draft}|{','.join(self.languages)}|{self.domain}"
 
     def serves(self, language: str) -> bool:
@@ -60,6 +72,17 @@ class RoutingTable:
         if served is None:
             served = self._cache["languages"] = {lang for pool in self.pools for lang in pool.languages}
         return served | {self.default_language}
+
+    @property
+    def known_languages(self) -> set[str]:
+        """The served languages plus every language some pool's draft has an offline figure for: the speed
+        policy can predict (and serve, through a pool without speculation) those too, so it identifies them
+        rather than folding them into the nearest served language."""
+        known = self._cache.get("known_languages")
+        if known is None:
+            evaluated = {lang for pool in self.pools for lang in pool.offline_acceptance}
+            known = self._cache["known_languages"] = self.languages | evaluated
+        return known
 
     def cached(self, key: str) -> Any:
         """A value derived from this table and kept with it (None if not computed yet)."""
@@ -101,6 +124,8 @@ class RoutingTable:
                 "domain": p.domain,
                 "is_default": p.is_default,
                 "offline_mal": dict(p.offline_mal),
+                "k": p.k,
+                "step_s": {str(b): s for b, s in sorted(p.step_s.items())},
                 "replicas": [{"name": r.name, "url": r.url} for r in p.replicas],
             }
             for p in self.pools
@@ -162,6 +187,7 @@ def _draft_name(obj: Any) -> str:
 def build_table(deployments: Iterable[Any], default_language: str) -> RoutingTable:
     """Group deployments into pools. Deployments without a URL are not routable yet and are skipped."""
     pools: dict[tuple[str, tuple[str, ...], str], Pool] = {}
+    calibrated: dict[tuple[str, tuple[str, ...], str], dict[int, list[float]]] = {}
     for dep in deployments:
         url = _attr(dep, "url")
         if not url:
@@ -174,9 +200,17 @@ def build_table(deployments: Iterable[Any], default_language: str) -> RoutingTab
         if pool is None:
             offline = _attr(dep, "offline_mal") or {}
             pool = Pool(draft, languages, domain, bool(_attr(dep, "is_default")), {k: float(v) for k, v in offline.items() if v is not None})
+            pool.k = int(_attr(dep, "k") or 0) if draft != NO_DRAFT else 0
+            pool.offline_acceptance = {lang: tuple(float(a) for a in rates)
+                                       for lang, rates in (_attr(dep, "offline_acceptance") or {}).items()}
+            pool.offline_samples = {lang: int(n) for lang, n in (_attr(dep, "offline_samples") or {}).items()}
             pools[key] = pool
         pool.is_default = pool.is_default or bool(_attr(dep, "is_default"))
         pool.replicas.append(Replica(name=str(_attr(dep, "name")), url=str(url).rstrip("/")))
+        for batch, seconds in (_attr(dep, "step_s") or {}).items():
+            calibrated.setdefault(key, {}).setdefault(int(batch), []).append(float(seconds))
+    for key, points in calibrated.items():
+        pools[key].step_s = {batch: sum(values) / len(values) for batch, values in sorted(points.items())}
     return RoutingTable(pools=sorted(pools.values(), key=lambda p: p.key), default_language=default_language)
 
 
@@ -303,6 +337,7 @@ def live_row_dict(row: LiveRow) -> dict[str, Any]:
         "num_draft_tokens": c.num_draft_tokens,
         "num_accepted_tokens": c.num_accepted_tokens,
         "accepted_per_pos": list(c.accepted_per_pos),
+        "generation_s": c.generation_s,
     }
 
 
@@ -314,6 +349,7 @@ def to_live_row(row: Any) -> LiveRow:
         num_draft_tokens=int(_attr(row, "num_draft_tokens", 0) or 0),
         num_accepted_tokens=int(_attr(row, "num_accepted_tokens", 0) or 0),
         accepted_per_pos=tuple(int(x) for x in (_attr(row, "accepted_per_pos") or ())),
+        generation_s=float(_attr(row, "generation_s", 0.0) or 0.0),
     )
     return LiveRow(
         language=_attr(row, "language"),

@@ -24,6 +24,7 @@ from polyspec.core.counters import SpecCounts
 from polyspec.router.table import LiveRow
 
 CONFIDENCE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
+TPS_BUCKETS = (1, 2, 5, 10, 15, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000)
 LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
@@ -93,6 +94,17 @@ class Metrics:
         self.rejected = PCounter("polyspec_rejected_requests",
                                  "Requests refused before routing (bad body, bad pin, too large, too slow).",
                                  ["reason"], registry=r)
+        # The speed policy (router.speed): what it chose and why, what it predicted, what requests got.
+        self.route_choices = PCounter("polyspec_route_choices",
+                                      "Answered requests by language, answering draft and why that pool answered "
+                                      "(fastest, explore, fallback, no_speed_model, mal_policy).",
+                                      ["language", "draft", "reason"], registry=r)
+        self.predicted_tps = Gauge("polyspec_predicted_tokens_per_second",
+                                   "The speed model's latest prediction for one stream, by language and draft.",
+                                   ["language", "draft"], registry=r)
+        self.request_tps = Histogram("polyspec_request_tokens_per_second",
+                                     "Observed completion tokens per second of answered requests (engine wall time).",
+                                     ["language", "draft"], buckets=TPS_BUCKETS, registry=r)
         # Memoised children of the metrics the hot path updates.
         self.requests_of = _Labelled(self.requests)
         self.latency_of = _Labelled(self.latency)
@@ -103,6 +115,9 @@ class Metrics:
         self.accepted_pos_of = _Labelled(self.accepted_pos)
         self.completion_tokens_of = _Labelled(self.completion_tokens)
         self.upstream_errors_of = _Labelled(self.upstream_errors)
+        self.route_choices_of = _Labelled(self.route_choices)
+        self.predicted_tps_of = _Labelled(self.predicted_tps)
+        self.request_tps_of = _Labelled(self.request_tps)
 
 
 Key = tuple[str, str, str]
@@ -140,8 +155,10 @@ class Telemetry:
         self.statuses[status] += 1
         self.metrics.requests_of(endpoint, language, domain, backend, status).inc()
 
-    def observe_acceptance(self, key: Key, spec: Mapping[str, Any] | None, completion_tokens: int) -> None:
-        counts = SpecCounts.from_vllm_metrics(spec, completion_tokens)
+    def observe_acceptance(self, key: Key, spec: Mapping[str, Any] | None, completion_tokens: int,
+                           generation_s: float = 0.0) -> SpecCounts:
+        """Add one answered request; returns its counts (``generation_s``: its wall time at the engine)."""
+        counts = SpecCounts.from_vllm_metrics(spec, completion_tokens, generation_s)
         stores = [self.cumulative, self.pending] if self._live is None else [self.cumulative, self.pending, self._live]
         for store in stores:
             old = store.get(key)
@@ -149,12 +166,13 @@ class Telemetry:
         m = self.metrics
         m.completion_tokens_of(*key).inc(completion_tokens)
         if not spec:
-            return
+            return counts
         m.spec_steps_of(*key).inc(counts.num_spec_steps)
         m.draft_tokens_of(*key).inc(counts.num_draft_tokens)
         m.accepted_of(*key).inc(counts.num_accepted_tokens)
         for pos, n in enumerate(counts.accepted_per_pos):
             m.accepted_pos_of(*key, str(pos)).inc(n)
+        return counts
 
     def set_shared(self, rows: dict[Key, LiveRow]) -> None:
         self.shared = rows

@@ -132,6 +132,8 @@ def _live_rows(live: list[LiveRow], offline: dict) -> list[dict[str, Any]]:
             "acceptance": r.acceptance if r.num_spec_steps else None, "mean_acceptance_length": r.mean_acceptance_length,
             "offline_mean_acceptance_length": ev.mean_acceptance_length if ev else None,
             "offline_benchmark": ev.benchmark if ev else None,
+            # completion tokens over engine wall time (live stats' generation_s): what the speed policy targets
+            "observed_tps": r.counts.tokens_per_second,
         })
     return rows
 

@@ -15,24 +15,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.router.conftest import chat, openai_error, post_head, read_raw_response, serve_router, wait_for
+from tests.router.conftest import chat, metric, openai_error, post_head, read_raw_response, serve_router, wait_for
 from tests.router.fakes import BrokenEngine
 
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
 FR_TEXT = "Pouvez-vous m'expliquer en deux phrases pourquoi le ciel est bleu pendant la journée ?"
 EN_TEXT = "Please explain in two sentences why the sky looks blue during the day."
 ORIGIN = "https://chat.example"
-
-
-def _metric(url: str, name: str, **labels: str) -> float:
-    """A sample of /metrics (0 when absent)."""
-    for family in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=10).text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                return sample.value
-    return 0.0
 
 
 def _closed_by_peer(sock: socket.socket, timeout: float) -> bool:
@@ -79,7 +69,7 @@ def test_slow_body_gets_408_and_does_not_hold_the_router(error500, registry_url,
             assert 0.9 < elapsed < 2.5, elapsed
             assert headers.get("connection") == "close"
             assert _closed_by_peer(sock, timeout=5)
-        assert _metric(router.url, "polyspec_rejected_requests_total", reason="body_timeout") == 1
+        assert metric(router.url, "polyspec_rejected_requests_total", reason="body_timeout") == 1
         openai_error(chat(router.url, EN_TEXT), 502)  # a normal request still reaches the engine
     assert error500.completion_requests == 1
 
@@ -94,9 +84,9 @@ def test_too_large_and_bad_bodies_are_counted_as_rejected(error500, registry_url
         assert resp.headers["connection"] == "close"
         openai_error(httpx.post(f"{router.url}{CHAT}", content=b'{"model": "polyspec", "messages": ['), 400)
         openai_error(httpx.post(f"{router.url}{COMPLETIONS}", json={"model": "polyspec"}), 400)
-        assert _metric(router.url, "polyspec_rejected_requests_total", reason="too_large") == 1
-        assert _metric(router.url, "polyspec_rejected_requests_total", reason="bad_request") == 2
-        assert _metric(router.url, "polyspec_rejected_requests_total", reason="body_timeout") == 0
+        assert metric(router.url, "polyspec_rejected_requests_total", reason="too_large") == 1
+        assert metric(router.url, "polyspec_rejected_requests_total", reason="bad_request") == 2
+        assert metric(router.url, "polyspec_rejected_requests_total", reason="body_timeout") == 0
     assert error500.completion_requests == 0
 
 
@@ -232,13 +222,13 @@ def test_a_hung_engine_is_not_blamed_on_the_default_engine(registry, registry_ur
                 err = openai_error(chat(router.url, EN_TEXT, timeout=30), 502)
                 assert time.perf_counter() - started < 2.0
                 assert err["message"] == "Every attempt failed (en-default: HTTP 500)."
-                assert _metric(router.url, "polyspec_upstream_errors_total", backend="en-default", reason="timeout") == 0
+                assert metric(router.url, "polyspec_upstream_errors_total", backend="en-default", reason="timeout") == 0
                 answers = [f.result() for f in french]
             for resp in answers:  # French: its engine timed out, then the default pool answered 500
                 err = openai_error(resp, 502)
                 assert err["message"].startswith("Every attempt failed (fr-engine: timeout"), err
-            assert _metric(router.url, "polyspec_upstream_errors_total", backend="fr-engine", reason="timeout") == 2
-            assert _metric(router.url, "polyspec_upstream_errors_total", backend="en-default", reason="timeout") == 0
-            assert _metric(router.url, "polyspec_upstream_errors_total", backend="en-default", reason="http_500") == 3
+            assert metric(router.url, "polyspec_upstream_errors_total", backend="fr-engine", reason="timeout") == 2
+            assert metric(router.url, "polyspec_upstream_errors_total", backend="en-default", reason="timeout") == 0
+            assert metric(router.url, "polyspec_upstream_errors_total", backend="en-default", reason="http_500") == 3
             # Whatever the default engine's state now, only its own answers (HTTP 500) can have set it.
             assert (backends.replicas[en.url].last_error or "http_500").startswith("http_500")

@@ -165,6 +165,17 @@ def chat(url: str, text: str, *, model: str = "polyspec", headers: dict[str, str
     return httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers or {}, timeout=timeout)
 
 
+def metric(url: str, name: str, **labels: str) -> float:
+    """One sample of the router's /metrics whose labels include ``labels`` (0 when absent)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=10).text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return 0.0
+
+
 def wait_for(condition: Any, timeout: float, step: float = 0.1) -> bool:
     """Poll ``condition()`` until it is true or ``timeout`` seconds have passed; its last value."""
     deadline = time.monotonic() + timeout

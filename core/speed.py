@@ -1,0 +1,136 @@
+"""The speed model: predicted tokens per second of one stream on one engine, from acceptance and step cost.
+
+One verify step of an engine that drafts k tokens yields ``E_k`` tokens on average,
+
+    E_k = 1 + a_1 + a_2 + ... + a_k          (a_i = P(at least i drafts accepted), core.acceptance)
+
+and takes ``step_s(b)`` seconds when the engine runs ``b`` streams at once. So one stream gets
+
+    tokens/s = E_k / step_s(b)
+
+An engine without speculation is the case k = 0: ``E = 1`` and ``step_s(b)`` is its time per token. Step
+times come from a calibration (`polyspec engines calibrate`: requests at several batch sizes, wall time per
+step, prefill included, so the figure is what a client sees) refreshed by what the router measures live.
+
+Acceptance is uncertain; the policy ranks by a lower confidence bound of E (``AcceptanceEstimate.lower``)
+so that a draft with few samples does not win on luck. The bound treats each request (or offline prompt)
+as one sample of the per-step variance, which overstates the error when requests are long: a
+conservative choice, stated in docs/speed.md with the model's other limits.
+
+Pure arithmetic, no I/O: the router, the registry and the benchmarks share it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+
+def expected_tokens(acceptance: Sequence[float], k: int) -> float:
+    """Tokens per verify step at ``k`` drafted tokens, from per-position rates measured at some k'.
+
+    Positions beyond the measured ones are extrapolated geometrically with the last measured conditional
+    rate a_k'/a_(k'-1) (acceptance stops at the first rejection, so each further position is at most as
+    likely as the one before it)."""
+    if k <= 0:
+        return 1.0
+    rates = [min(1.0, max(0.0, float(a))) for a in acceptance]
+    for i in range(1, len(rates)):
+        rates[i] = min(rates[i], rates[i - 1])  # P(>= i) never rises with i; clamp measurement noise
+    if not rates:
+        return 1.0
+    if len(rates) < k:
+        last, before = rates[-1], rates[-2] if len(rates) > 1 else 1.0
+        ratio = last / before if before > 0 else 0.0
+        while len(rates) < k:
+            rates.append(rates[-1] * ratio)
+    return 1.0 + sum(rates[:k])
+
+
+def step_variance(acceptance: Sequence[float], k: int) -> float:
+    """Variance of the tokens one step yields: X = accepted drafts, P(X >= i) = a_i, so
+    E[X] = sum a_i and E[X^2] = sum (2i - 1) a_i."""
+    rates = list(acceptance[:k])
+    mean = sum(rates)
+    second = sum((2 * i + 1) * a for i, a in enumerate(rates))
+    return max(0.0, second - mean * mean)
+
+
+@dataclass(frozen=True)
+class AcceptanceEstimate:
+    """Per-position acceptance of one (draft, language, domain) with the evidence behind it."""
+
+    acceptance: tuple[float, ...]  # a_1..a_k'
+    samples: float  # independent samples: live requests plus offline prompts (weighted)
+    steps: int  # verify steps behind the live part (0: offline only)
+
+    def mean(self, k: int) -> float:
+        return expected_tokens(self.acceptance, k)
+
+    def stderr(self, k: int) -> float:
+        if self.samples <= 0:
+            return math.inf
+        return math.sqrt(step_variance(self.acceptance, k) / self.samples)
+
+    def lower(self, k: int, z: float) -> float:
+        """Lower confidence bound of E_k; never below 1 (a step always yields the verifier's token)."""
+        spread = self.stderr(k)
+        if math.isinf(spread):
+            return 1.0
+        return max(1.0, self.mean(k) - z * spread)
+
+
+def blend_acceptance(
+    offline: Sequence[float] | None, offline_samples: int, prior_steps: int,
+    live_per_pos: Sequence[int] = (), live_steps: int = 0, live_requests: int = 0,
+) -> AcceptanceEstimate | None:
+    """Offline rates count as ``prior_steps`` steps of evidence; live steps take over as they accumulate
+    (the same weighting as the MAL blend of router.policy). None when there is neither."""
+    live = [n / live_steps for n in live_per_pos] if live_steps > 0 else None
+    if offline is None and live is None:
+        return None
+    if live is None:
+        return AcceptanceEstimate(tuple(offline or ()), float(offline_samples), 0)
+    if offline is None:
+        return AcceptanceEstimate(tuple(live), float(live_requests), live_steps)
+    width = max(len(offline), len(live))
+    off = list(offline) + [0.0] * (width - len(offline))
+    liv = list(live) + [0.0] * (width - len(live))
+    w = prior_steps + live_steps
+    rates = tuple((prior_steps * a + live_steps * b) / w if w else a for a, b in zip(off, liv, strict=True))
+    return AcceptanceEstimate(rates, float(offline_samples + live_requests), live_steps)
+
+
+def interpolate(points: Mapping[int, float], batch: float) -> float | None:
+    """Step seconds at ``batch`` from measured (batch size -> seconds): linear between points, the nearest
+    slope beyond them (never below the smallest measured time); None without points."""
+    if not points:
+        return None
+    xs = sorted(points)
+    if len(xs) == 1:
+        return points[xs[0]]
+    if batch <= xs[0]:
+        return points[xs[0]]
+    for lo, hi in zip(xs, xs[1:], strict=False):
+        if batch <= hi:
+            t = (batch - lo) / (hi - lo)
+            return points[lo] + t * (points[hi] - points[lo])
+    lo, hi = xs[-2], xs[-1]
+    slope = (points[hi] - points[lo]) / (hi - lo)
+    return max(points[hi], points[hi] + slope * (batch - hi))
+
+
+def blend_step(calibrated: float | None, live: float | None, live_samples: int, prior_samples: int) -> float | None:
+    """Calibrated step time as a prior of ``prior_samples`` requests; live measurements take over."""
+    if calibrated is None:
+        return live
+    if live is None or live_samples <= 0:
+        return calibrated
+    return (prior_samples * calibrated + live_samples * live) / (prior_samples + live_samples)
+
+
+def tokens_per_second(expected: float, step_s: float | None) -> float | None:
+    if step_s is None or step_s <= 0:
+        return None
+    return expected / step_s

@@ -1,0 +1,127 @@
+"""Engine calibration: measure an engine's step cost at several batch sizes, for the speed model (core.speed).
+
+For each batch size b, ``waves`` rounds of b concurrent completions, each generating exactly ``max_tokens``
+tokens (``ignore_eos``) from short prompts. A request's step time is its wall time over its steps: vLLM's
+per-request ``num_spec_steps`` with a draft, its tokens without one. The point stored for b is the median
+over the requests (prefill included: the figure is what a client sees, the same quantity the router
+measures live). One warm-up request first, so that no compile or cache fill lands in a measurement.
+
+Acceptance does not matter here: the speed model takes tokens per step from the acceptance figures, and
+the step time of an engine hardly depends on how many drafts the verifier accepts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from polyspec.core.errors import Unavailable
+
+PROMPTS = (
+    "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    "Explain how a refrigerator keeps food cold, step by step.",
+    "List ten ideas for a weekend trip and say what each one costs.",
+    "Describe the water cycle to a ten-year-old.",
+)
+MAX_BATCH = 256
+
+
+class CalibrationFailed(Unavailable):
+    """An engine could not be calibrated (unreachable, or answers without what the measurement needs)."""
+
+
+@dataclass
+class Point:
+    batch_size: int
+    step_s: float
+    tokens_per_s: float
+    requests: int
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"batch_size": self.batch_size, "step_s": self.step_s, "tokens_per_s": self.tokens_per_s,
+                "requests": self.requests, "details": self.details}
+
+
+def parse_batches(text: str) -> list[int]:
+    """"1,2,4" -> [1, 2, 4]; each between 1 and MAX_BATCH, no repeats."""
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"batch sizes must be integers separated by commas, not {text!r}") from None
+    if not values or any(not 1 <= v <= MAX_BATCH for v in values) or len(set(values)) != len(values):
+        raise ValueError(f"batch sizes must be distinct integers from 1 to {MAX_BATCH}, not {text!r}")
+    return sorted(values)
+
+
+async def _model_id(client: httpx.AsyncClient, url: str) -> str:
+    resp = await client.get(f"{url}/v1/models")
+    resp.raise_for_status()
+    data = resp.json().get("data") or []
+    if not data or not isinstance(data[0], dict) or not isinstance(data[0].get("id"), str):
+        raise CalibrationFailed(f"{url}/v1/models lists no model")
+    return data[0]["id"]
+
+
+async def _one(client: httpx.AsyncClient, url: str, model: str, prompt: str, max_tokens: int,
+               speculates: bool) -> tuple[float, int, int]:
+    """(wall seconds, steps, completion tokens) of one completion."""
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
+    started = time.perf_counter()
+    resp = await client.post(f"{url}/v1/completions", json=body)
+    wall = time.perf_counter() - started
+    if resp.status_code != 200:
+        raise CalibrationFailed(f"{url} answered HTTP {resp.status_code}: {resp.text[:200]}")
+    try:
+        data = resp.json()
+        tokens = int(data["usage"]["completion_tokens"])
+        spec = (data.get("metrics") or {}).get("speculative_decoding") or {}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CalibrationFailed(f"{url} answered a completion without usage ({type(exc).__name__})") from None
+    steps = int(spec.get("num_spec_steps") or 0) if speculates else tokens
+    if speculates and steps <= 0:
+        raise CalibrationFailed(f"{url} reports no speculative steps: is it started with a draft and "
+                                "--per-request-spec-decode-metrics summary?")
+    return wall, steps, tokens
+
+
+async def calibrate_engine(url: str, *, speculates: bool, batches: Sequence[int], waves: int = 2,
+                           max_tokens: int = 64, timeout_s: float = 600.0,
+                           progress: Callable[[int], None] | None = None) -> list[Point]:
+    """The step-cost curve of the engine at ``url``; ``progress(n)`` is told of each n requests done."""
+    url = url.rstrip("/")
+    limits = httpx.Limits(max_connections=max(batches) + 1, max_keepalive_connections=max(batches) + 1)
+    async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
+        try:
+            model = await _model_id(client, url)
+            await _one(client, url, model, PROMPTS[0], 8, speculates)  # warm-up, not measured
+        except (httpx.HTTPError, ValueError) as exc:
+            raise CalibrationFailed(f"{url}: {type(exc).__name__}: {exc}") from None
+        points = []
+        for batch in batches:
+            samples: list[tuple[float, int, int]] = []
+            for _ in range(waves):
+                runs = [_one(client, url, model, PROMPTS[i % len(PROMPTS)], max_tokens, speculates)
+                        for i in range(batch)]
+                try:
+                    samples += await asyncio.gather(*runs)
+                except httpx.HTTPError as exc:
+                    raise CalibrationFailed(f"{url}: {type(exc).__name__}: {exc}") from None
+                if progress is not None:
+                    progress(batch)
+            points.append(_point(batch, samples, max_tokens))
+    return points
+
+
+def _point(batch: int, samples: list[tuple[float, int, int]], max_tokens: int) -> Point:
+    steps = [wall / max(1, n) for wall, n, _ in samples]
+    tps = [tokens / wall for wall, _, tokens in samples if wall > 0]
+    return Point(batch, statistics.median(steps), statistics.median(tps), len(samples), {
+        "step_s_min": min(steps), "step_s_max": max(steps), "max_tokens": max_tokens,
+        "tokens_per_step": sum(t for _, _, t in samples) / max(1, sum(n for _, n, _ in samples))})

@@ -1,0 +1,211 @@
+"""The speed policy (router.speed): the fastest predicted pool wins, speculation-free pools included;
+uncertainty, load, exploration and the lack of any calibration each change the choice as documented."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from polyspec.core.counters import SpecCounts
+from polyspec.router.policy import candidate_pools
+from polyspec.router.speed import Explorer, LiveSteps, SpeedInputs, batch_bucket, extra_pools, rank
+from polyspec.router.table import build_table
+
+SPEC_STEP = {1: 0.080, 4: 0.120}  # a draft engine: a verify step of 4 tokens plus 3 draft steps
+PLAIN_STEP = {1: 0.055, 4: 0.070}  # the verifier alone: one token per step
+
+
+def deployments(calibrated: bool = True) -> list[dict[str, Any]]:
+    def dep(name: str, draft: str | None, languages: list[str], acceptance: dict[str, list[float]],
+            default: bool = False) -> dict[str, Any]:
+        return {"name": name, "url": f"http://{name}:8000", "draft": draft, "languages": languages,
+                "is_default": default, "k": 3 if draft else None, "offline_acceptance": acceptance,
+                "offline_samples": {lang: 80 for lang in acceptance},
+                "offline_mal": {lang: 1 + sum(a) for lang, a in acceptance.items()},
+                "step_s": (SPEC_STEP if draft else PLAIN_STEP) if calibrated else {}}
+
+    return [
+        dep("en-engine", "en-base@1", ["en"], {"en": [0.55, 0.30, 0.15], "fr": [0.12, 0.03, 0.0]}, default=True),
+        dep("fr-engine", "fr@1", ["fr"], {"fr": [0.60, 0.40, 0.25]}),
+        dep("plain", None, ["en"], {}),
+    ]
+
+
+def inputs(live: dict | None = None, in_flight: dict[str, int] | None = None, explore: float = 0.0,
+           steps: LiveSteps | None = None) -> SpeedInputs:
+    flights = in_flight or {}
+    return SpeedInputs(live or {}, steps or LiveSteps(), Explorer(explore), lambda url: flights.get(url, 0),
+                       lambda url: True, prior_spec_steps=2000, prior_step_requests=20, z=1.64)
+
+
+def ranked(language: str, table=None, **kw: Any):
+    table = table or build_table(deployments(), "en")
+    pools = candidate_pools(table, language, "general", {}, 2000)
+    return rank(pools, extra_pools(table, language, "general", {}, None), language, "general", inputs(**kw))
+
+
+def test_a_language_with_its_own_draft_goes_to_it_when_it_is_faster_than_plain_decoding() -> None:
+    r = ranked("fr")
+    assert r.reason == "fastest" and r.chosen is not None
+    assert r.chosen.pool.draft == "fr@1"
+    assert r.chosen.tps == pytest.approx((1 + 0.60 + 0.40 + 0.25) / 0.080)
+    assert [c.pool.draft for c in r.candidates] == ["fr@1", "none", "en-base@1"]
+
+
+def test_a_language_without_a_draft_goes_to_plain_decoding_not_to_the_default_draft() -> None:
+    """Italian: the MAL policy sends it to the English default draft, which nothing shows accepts Italian;
+    as E = 1 there, that engine is slower than the verifier alone, which the speed policy picks."""
+    table = build_table(deployments(), "en")
+    assert candidate_pools(table, "it", "general", {}, 2000)[0].draft == "en-base@1"  # MAL policy
+    r = ranked("it", table)
+    assert r.chosen is not None and r.chosen.pool.draft == "none"
+    assert r.chosen.tps == pytest.approx(1 / 0.055)
+    en = next(c for c in r.candidates if c.pool.draft == "en-base@1")
+    assert en.expected == 1.0 and en.tps == pytest.approx(1 / 0.080)
+
+
+def test_a_poor_draft_loses_to_plain_decoding_even_with_offline_evidence() -> None:
+    """French through the English draft accepts so little (E = 1.15) that the verifier alone is faster."""
+    deps = [d for d in deployments() if d["name"] != "fr-engine"]
+    r = ranked("fr", build_table(deps, "en"))
+    assert r.chosen is not None and r.chosen.pool.draft == "none"
+    en = r.candidates[1]
+    assert en.pool.draft == "en-base@1" and en.expected == pytest.approx(1.15)
+
+
+def test_load_changes_the_choice_through_the_step_time_curve() -> None:
+    """With six requests in flight on the French engine its step slows (interpolated, then extended) below
+    the idle verifier's pace."""
+    assert ranked("fr").chosen.pool.draft == "fr@1"  # type: ignore[union-attr]
+    busy = ranked("fr", in_flight={"http://fr-engine:8000": 6})
+    assert busy.chosen is not None and busy.chosen.pool.draft == "none"
+    fr = next(c for c in busy.candidates if c.pool.draft == "fr@1")
+    assert fr.batch == 7 and fr.step_s == pytest.approx(0.120 + (0.120 - 0.080) / 3 * 3)
+
+
+def test_few_live_samples_rank_by_a_lower_bound_not_by_luck() -> None:
+    """Two French drafts with the same mean: the one with 3 requests behind it ranks after the one with
+    80 offline prompts, because its lower confidence bound is lower."""
+    deps = deployments()
+    deps.append({**deps[1], "name": "fr-new", "url": "http://fr-new:8000", "draft": "fr@2",
+                 "offline_acceptance": {}, "offline_samples": {}})
+    table = build_table(deps, "en")
+    per_pos = (600, 400, 250)
+    live = {("fr", "general", "fr@2"): SpecCounts(requests=3, num_spec_steps=1000, num_accepted_tokens=1250,
+                                                   accepted_per_pos=per_pos)}
+    r = rank(candidate_pools(table, "fr", "general", live, 2000), extra_pools(table, "fr", "general", live, None),
+             "fr", "general", inputs(live=live))
+    old, new = (next(c for c in r.candidates if c.pool.draft == d) for d in ("fr@1", "fr@2"))
+    assert new.expected == pytest.approx(old.expected)
+    assert new.lower < old.lower and r.chosen is old
+
+
+def test_exploration_sends_a_bounded_share_to_the_least_known_candidate() -> None:
+    table = build_table(deployments(), "en")
+    pools = candidate_pools(table, "fr", "general", {}, 2000)
+    shared = inputs(explore=0.25)
+    extra = extra_pools(table, "fr", "general", {}, None)
+    reasons = [rank(pools, extra, "fr", "general", shared) for _ in range(40)]
+    explored = [r for r in reasons if r.reason == "explore"]
+    assert len(explored) == 10  # one in four
+    # The least evidence: the English draft on French (80 offline prompts) before the verifier (certain).
+    assert {r.chosen.pool.draft for r in explored} == {"en-base@1"}  # type: ignore[union-attr]
+    assert all(r.chosen.pool.draft == "fr@1" for r in reasons if r.reason == "fastest")  # type: ignore[union-attr]
+    off = inputs(explore=0.0)
+    assert all(rank(pools, extra, "fr", "general", off).reason == "fastest" for _ in range(40))
+
+
+def test_without_any_step_time_the_mal_order_stands_unchanged() -> None:
+    table = build_table(deployments(calibrated=False), "en")
+    for language in ("fr", "it", "en"):
+        pools = candidate_pools(table, language, "general", {}, 2000)
+        r = rank(pools, extra_pools(table, language, "general", {}, None), language, "general", inputs())
+        assert r.reason == "no_speed_model"
+        assert [c.pool.key for c in r.candidates] == [p.key for p in pools]
+
+
+def test_live_step_times_make_an_uncalibrated_pool_predictable() -> None:
+    deps = deployments()
+    deps[1]["step_s"] = {}  # the French engine was never calibrated
+    table = build_table(deps, "en")
+    r = ranked("fr", table)
+    assert r.chosen.pool.draft == "none" and r.candidates[-1].pool.draft == "fr@1"  # type: ignore[union-attr]
+    assert r.candidates[-1].step_source == "none"
+    steps = LiveSteps()
+    for _ in range(5):
+        steps.observe("http://fr-engine:8000", 1, seconds=0.9, steps=10, tokens=22)  # 90 ms per step, measured
+    steps.observe("http://fr-engine:8000", 1, seconds=0.01, steps=2, tokens=4)  # mostly prefill: ignored
+    steps.observe("http://fr-engine:8000", 1, seconds=0.01, steps=10**6, tokens=30)  # impossible report: ignored
+    r = ranked("fr", table, steps=steps)
+    fr = next(c for c in r.candidates if c.pool.draft == "fr@1")
+    assert fr.step_s == pytest.approx(0.09) and fr.step_source == "live"
+    assert r.chosen is fr  # 2.25 tokens / 90 ms beats 1 token / 55 ms
+
+
+def test_live_steps_are_bucketed_by_batch_and_bounded() -> None:
+    assert [batch_bucket(b) for b in (1, 2, 3, 4, 5, 9)] == [1, 2, 4, 4, 8, 16]
+    steps = LiveSteps()
+    steps.observe("u", 3, 1.0, 10, 20)
+    assert steps.get(["u"], 4) == (pytest.approx(0.1), 1) and steps.get(["u"], 1) == (None, 0)
+    for bad in (float("nan"), float("inf"), -1.0, 0.0):
+        steps.observe("u", 1, bad, 10, 20)
+    assert steps.get(["u"], 1) == (None, 0)
+    for i in range(5000):
+        steps.observe(f"u{i}", 1, 1.0, 10, 20)
+    assert len(steps.describe()) <= 4096
+
+
+IT_TEXT = "Potresti spiegarmi in due frasi perché il cielo è blu durante il giorno e rosso al tramonto?"
+
+
+def test_route_explain_sends_an_unserved_language_to_plain_decoding(registry, registry_url, fake_draft_dir, fake_verifier):
+    """Through `polyspec route explain` on a real registry: Italian, which no draft serves but the English draft
+    has an offline figure for, is identified as Italian and goes to the engine without speculation, the
+    faster one at that acceptance; under the MAL policy it goes to the English default draft."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from polyspec.cli import app
+    from tests.router.conftest import add_draft
+
+    ref = add_draft(registry, fake_draft_dir, fake_verifier.name, "en-draft", ["en"], {"en": 2.2})
+    registry.add_evaluation(ref, benchmark="mtbench", language="it", k=3, acceptance=[0.15, 0.05, 0.01],
+                            method="offline", num_prompts=80)
+    registry.deploy(ref, name="en-engine", url="http://127.0.0.1:9101", languages=["en"], default=True)
+    registry.deploy(None, name="plain", url="http://127.0.0.1:9102", languages=["en"], verifier=fake_verifier.name)
+    registry.record_calibration("en-engine", [{"batch_size": 1, "step_s": 0.080, "tokens_per_s": 25, "requests": 2}])
+    registry.record_calibration("plain", [{"batch_size": 1, "step_s": 0.055, "tokens_per_s": 18, "requests": 2}])
+    body = json.dumps({"model": "polyspec", "messages": [{"role": "user", "content": IT_TEXT}]})
+
+    def explain(*env: str) -> dict:
+        result = CliRunner(env=dict(e.split("=") for e in env)).invoke(
+            app, ["route", "explain", "--registry", registry_url, "--json"], input=body)
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    speed = explain()
+    assert speed["decision"]["language"] == "it" and speed["decision"]["stats_language"] == "it"
+    assert speed["chosen"]["replica"] == "plain" and speed["policy"]["reason"] == "fastest"
+    by_draft = {p["draft"]: p for p in speed["pools"]}
+    assert by_draft["none"]["tier"] == "no-speculation"
+    assert by_draft["none"]["speed"]["predicted_tps"] == pytest.approx(1 / 0.055, abs=0.01)
+    assert by_draft[ref]["speed"]["expected_tokens_per_step"] == pytest.approx(1.21)
+    mal = explain("POLYSPEC_ROUTER_POLICY=mal")
+    assert mal["chosen"]["replica"] == "en-engine" and mal["policy"] == {"policy": "mal", "reason": None}
+
+
+def test_a_draft_with_evidence_on_another_language_is_a_candidate_for_it() -> None:
+    """No pool serves Italian; the French draft accepts it well offline, so Italian goes there. Without
+    that figure the French pool is no candidate at all (nothing predicts it), and plain decoding wins."""
+    deps = deployments()
+    assert "fr@1" not in [c.pool.draft for c in ranked("it", build_table(deps, "en")).candidates]
+    deps[1]["offline_acceptance"]["it"] = [0.45, 0.20, 0.10]
+    deps[1]["offline_samples"]["it"] = 160
+    r = ranked("it", build_table(deps, "en"))
+    assert r.chosen is not None and r.chosen.pool.draft == "fr@1"
+    assert r.chosen.expected == pytest.approx(1.75)
+    live = {("it", "general", "de@1"): SpecCounts(requests=1, num_spec_steps=10)}  # no such pool: ignored
+    # Pools without speculation first, then drafts with evidence on Italian (the English one has none).
+    assert [p.draft for p in extra_pools(build_table(deps, "en"), "it", "general", live, None)] == ["none", "fr@1"]

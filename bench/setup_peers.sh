@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates .venv-bench (git-ignored) with the benchmark peers, pinned in bench/requirements-peers.lock:
-# lingua-language-detector, py3langid, the LiteLLM proxy, vllm-router, py-spy. Kept apart from .venv so
+# the LiteLLM proxy, vllm-router, py-spy. Kept apart from .venv so
 # the peers can never change a package pinned in requirements.lock.
 #
 # litellm[proxy] cannot be installed from the registry (its extra pins `litellm-proxy`, which is absent,
@@ -13,4 +13,4 @@ PYTHON=${PYTHON:-python3}
 test -x .venv-bench/bin/python || "$PYTHON" -m venv .venv-bench
 .venv-bench/bin/pip install -q --upgrade pip
 .venv-bench/bin/pip install -q --no-deps -r bench/requirements-peers.lock
-.venv-bench/bin/python -c "import lingua, py3langid, litellm, psutil, httpx" && echo "peers ready in .venv-bench"
+.venv-bench/bin/python -c "import litellm, psutil, httpx" && echo "peers ready in .venv-bench"

@@ -44,18 +44,18 @@ from bench.e2e_figures import console, ratio_ci, summarize  # noqa: E402
 from bench.e2e_speedup import keep_logs, shipped_draft  # noqa: E402
 from bench.servers import start_polyspec  # noqa: E402
 
-DRAFTED = ("en", "fr", "de", "es", "ru")  # languages with a shipped draft
-LANGS = (*DRAFTED, "it")  # it: no draft of its own
+SHIPPED = ("en", "fr", "de", "es", "ru")  # languages with a shipped draft
+NO_DRAFT = ("it",)  # languages without a draft of their own
 POLICIES = ("no_spec", "mal_policy", "speed_policy")
 WARMUP = {"en": "Hello! Introduce yourself.", "fr": "Bonjour ! Présentez-vous.", "de": "Hallo! Stell dich vor.",
           "es": "¡Hola! Preséntate.", "ru": "Привет! Представься.", "it": "Ciao! Presentati."}
 
 
-def start_engines(stack: ExitStack, work: Path, verifier: Any, k: int) -> dict[str, Any]:
+def start_engines(stack: ExitStack, work: Path, verifier: Any, k: int, drafted: tuple[str, ...]) -> dict[str, Any]:
     from polyspec.models.vllm_engine import EngineSpec, VllmEngine
 
     engines = {}
-    for name in ("plain", *DRAFTED):
+    for name in ("plain", *drafted):
         draft = None if name == "plain" else shipped_draft(verifier.name, name)
         # One request at a time: one engine computes at a time; 'auto' pins each to the same core, one placement.
         spec = EngineSpec(verifier=verifier.path, draft=draft, k=k, kv_cache_gib=1, cpu_bind="auto", max_model_len=2048)
@@ -66,7 +66,8 @@ def start_engines(stack: ExitStack, work: Path, verifier: Any, k: int) -> dict[s
     return engines
 
 
-def build_registries(work: Path, verifier: Any, urls: dict[str, str], calibrate: dict[str, Any]) -> dict[str, str]:
+def build_registries(work: Path, verifier: Any, urls: dict[str, str], calibrate: dict[str, Any],
+                     drafted: tuple[str, ...]) -> dict[str, str]:
     """The main registry (drafts with their shipped evaluations, every engine deployed, calibrated), copied
     for the MAL and speed routers; a registry with the plain engine alone for no_spec."""
     from polyspec.engines import calibrate_deployments
@@ -76,7 +77,7 @@ def build_registries(work: Path, verifier: Any, urls: dict[str, str], calibrate:
     main = work / "main.db"
     with open_registry(f"sqlite:///{main}") as reg:
         v = reg.add_verifier(verifier)
-        for lang in DRAFTED:
+        for lang in drafted:
             shipped = shipped_for_language(verifier.name, lang)
             assert shipped is not None
             rec = reg.import_draft(shipped.path, verifier=v.name, name=shipped.name, languages=shipped.languages,
@@ -123,14 +124,25 @@ def send(client: httpx.Client, url: str, text: str, max_tokens: int) -> dict[str
     return row
 
 
-def run_traffic(urls: dict[str, str], prompts: dict[str, list[Any]], max_tokens: int, journal: Path) -> list[dict]:
+def warm_up(client: httpx.Client, urls: dict[str, str], langs: tuple[str, ...], timeout_s: float = 600) -> None:
+    """Every (language, policy) path once, not measured; retried until each answers 200 (a loaded machine
+    can take a while to mark every engine healthy), else the run stops with the last answer."""
+    for lang in langs:
+        for policy in POLICIES:
+            deadline = time.monotonic() + timeout_s
+            while (row := send(client, urls[policy], WARMUP[lang], 8))["status"] != 200:
+                if time.monotonic() > deadline:
+                    raise BenchError(f"{policy} never answered {lang}: HTTP {row['status']}")
+                time.sleep(2)
+
+
+def run_traffic(urls: dict[str, str], prompts: dict[str, list[Any]], max_tokens: int, journal: Path,
+                langs: tuple[str, ...]) -> list[dict]:
     rows: list[dict[str, Any]] = []
     longest = max(len(v) for v in prompts.values())
-    order = [(lang, prompts[lang][i]) for i in range(longest) for lang in LANGS if i < len(prompts[lang])]
+    order = [(lang, prompts[lang][i]) for i in range(longest) for lang in langs if i < len(prompts[lang])]
     with httpx.Client(timeout=600, limits=httpx.Limits(max_keepalive_connections=0)) as client:
-        for lang in LANGS:  # warm-up: every (language, policy) path once, not measured
-            for policy in POLICIES:
-                send(client, urls[policy], WARMUP[lang], 8)
+        warm_up(client, urls, langs)
         for i, (lang, prompt) in enumerate(order):
             for policy in POLICIES[i % 3:] + POLICIES[: i % 3]:
                 row = send(client, urls[policy], prompt.text, max_tokens)
@@ -159,9 +171,9 @@ def tps_ci(rows: list[dict[str, Any]], n_boot: int = 2000, seed: int = 0) -> lis
     return [round(boots[int(0.025 * n_boot)], 3), round(boots[int(0.975 * n_boot) - 1], 3)]
 
 
-def figures(rows: list[dict[str, Any]], k: int) -> dict[str, Any]:
+def figures(rows: list[dict[str, Any]], k: int, langs: tuple[str, ...]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for lang in LANGS:
+    for lang in langs:
         cells = {p: summarize([r for r in rows if r["language"] == lang and r["system"] == p], k) for p in POLICIES}
         best_other = max(("no_spec", "mal_policy"), key=lambda p: cells[p]["tokens_per_s"])
         vs_best = ratio_ci(rows, lang, "speed_policy", best_other)  # paired over prompts, 95 % interval
@@ -186,7 +198,7 @@ def figures(rows: list[dict[str, Any]], k: int) -> dict[str, Any]:
     return out
 
 
-def plot(languages: dict[str, Any], path: Path, title: str) -> None:
+def plot(languages: dict[str, Any], path: Path, title: str, drafted: tuple[str, ...]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -196,12 +208,13 @@ def plot(languages: dict[str, Any], path: Path, title: str) -> None:
     width, colors = 0.26, {"no_spec": "#7f7f7f", "mal_policy": "#ff7f0e", "speed_policy": "#1f77b4"}
     labels = {"no_spec": "no speculation", "mal_policy": "MAL policy", "speed_policy": "speed policy"}
     for j, policy in enumerate(POLICIES):
-        xs = [i + (j - 1) * width for i in range(len(LANGS))]
-        ys = [languages[lang][f"{policy}_tps" if policy != "no_spec" else "no_spec_tps"] for lang in LANGS]
+        langs = list(languages)
+        xs = [i + (j - 1) * width for i in range(len(langs))]
+        ys = [languages[lang][f"{policy}_tps"] for lang in langs]
         ax.bar(xs, ys, width, label=labels[policy], color=colors[policy])
         for x, y in zip(xs, ys, strict=True):
             ax.text(x, y, f"{y:.1f}", ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(range(len(LANGS)), [f"{lang}{' (no draft)' if lang not in DRAFTED else ''}" for lang in LANGS])
+    ax.set_xticks(range(len(languages)), [f"{lang}{' (no draft)' if lang not in drafted else ''}" for lang in languages])
     ax.set_ylabel("generated tokens/s (one stream)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
@@ -215,6 +228,8 @@ def main(
     turns: int = typer.Option(10, help="MT-Bench first turns per language."),
     max_tokens: int = typer.Option(96),
     k: int = typer.Option(3, help="num_speculative_tokens of the draft engines."),
+    languages: str = typer.Option(",".join((*SHIPPED, *NO_DRAFT)), help="Traffic languages; an engine starts for "
+                                  "each one with a shipped draft (each engine takes about 3 GB of memory)."),
     logs: Path = typer.Option(ROOT / "out" / "speed_policy-logs", help="Engine and router logs, requests.jsonl."),
 ) -> None:
     """Tokens/s per language under no speculation, the MAL policy and the speed policy, side by side."""
@@ -224,35 +239,43 @@ def main(
     if quick:
         turns, max_tokens = min(turns, 3), min(max_tokens, 32)
     t0, machine, verifier = time.monotonic(), machine_info(), prepare_verifier()
-    calibrate = {"batches": [1, 2], "waves": 1, "max_tokens": 32}
+    calibrate = {"batches": [1, 2], "waves": 3, "max_tokens": 64}
+    langs = tuple(lang.strip() for lang in languages.split(",") if lang.strip())
+    drafted = tuple(lang for lang in langs if lang in SHIPPED)
+    if "en" not in drafted:
+        raise typer.BadParameter("--languages must include en (the default pool's draft)")
     try:
         with tempfile.TemporaryDirectory(prefix="polyspec-speed-") as tmp, ExitStack() as stack:
             work = Path(tmp)
             stack.callback(keep_logs, work, logs)
-            engines = start_engines(stack, work, verifier, k)
+            engines = start_engines(stack, work, verifier, k, drafted)
             started = time.monotonic() - t0
-            regs = build_registries(work, verifier, {n: e.url for n, e in engines.items()}, calibrate)
+            regs = build_registries(work, verifier, {n: e.url for n, e in engines.items()}, calibrate, drafted)
             urls = {}
             for policy in POLICIES:
-                env = {"POLYSPEC_ROUTER_POLICY": "mal" if policy == "mal_policy" else "speed"}
+                # A generous health timeout: several engines on a small machine answer /health slowly under load.
+                env = {"POLYSPEC_ROUTER_POLICY": "mal" if policy == "mal_policy" else "speed",
+                       "POLYSPEC_ROUTER_HEALTH_TIMEOUT_S": "10"}
                 server = start_polyspec(work, regs[policy], None, extra_env=env)
                 stack.callback(server.stop)
                 urls[policy] = server.url
             logs.mkdir(parents=True, exist_ok=True)
             journal = logs / "requests.jsonl"
             journal.unlink(missing_ok=True)
-            rows = run_traffic(urls, load_mtbench(LANGS, turns=(1,), limit=turns), max_tokens, journal)
+            rows = run_traffic(urls, load_mtbench(langs, turns=(1,), limit=turns), max_tokens, journal, langs)
     except BenchError as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(1) from None
-    languages = figures(rows, k)
-    payload = {"benchmark": "speed_policy", "languages": languages, "calibration": json.loads(regs["calibration"]),
-               "settings": {"quick": quick, "turns": turns, "max_tokens": max_tokens, "k": k, "calibrate": calibrate},
+    results = figures(rows, k, langs)
+    payload = {"benchmark": "speed_policy", "languages": results, "calibration": json.loads(regs["calibration"]),
+               "settings": {"quick": quick, "turns": turns, "max_tokens": max_tokens, "k": k, "calibrate": calibrate,
+                            "drafted": list(drafted), "no_draft": [lang for lang in langs if lang not in drafted]},
                "seconds": {"engines_start": round(started, 1), "total": round(time.monotonic() - t0, 1)},
                "machine": machine, "requests": len(rows)}
     name = "speed_policy_quick" if quick else "speed_policy"
     path = write_json(f"{name}.json", payload)
-    plot(languages, OUT_DIR / f"{name}.png", f"bench/speed_policy.py, {len(rows)} requests, max_tokens {max_tokens}")
+    plot(results, OUT_DIR / f"{name}.png", f"bench/speed_policy.py, {len(rows)} requests, max_tokens {max_tokens}",
+         drafted)
     from bench.report import speed_policy_md
 
     console.print(speed_policy_md(payload), markup=False)

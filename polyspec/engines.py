@@ -133,6 +133,8 @@ def calibrate_deployments(registry: Any, names: list[str], *, batches: list[int]
         raise NotFound(f"no active deployment named {', '.join(map(repr, missing))}",
                        hint=f"active: {', '.join(sorted(active)) or 'none'}")
     chosen = [active[n] for n in names] if names else list(active.values())
+    if not chosen:
+        raise NotFound("no active deployment to calibrate", hint="deploy one with `polyspec registry deploy`")
     results: list[dict[str, Any]] = []
     per_engine = sum(batches) * waves
     with Progress(console=console(stderr=True), disable=not progress, transient=True) as bar:

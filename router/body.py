@@ -5,7 +5,9 @@ prompt of 600,000 token ids). The router decodes only the top level, into ``msgs
 C-speed scan that builds no object per message or part. It then decodes just what it reads, from a
 bounded number of items (the last ``MESSAGES_READ`` messages, the first and last ``PARTS_READ`` content
 parts), and re-encodes the body by copying the untouched slices. The cost on the event loop is one
-linear scan plus a constant; bench/hostile.py measures it for each shape.
+linear scan plus a constant; bench/hostile.py measures it for each shape. Earlier user turns, which
+classification reads when the last one is short, are read the same way: at most `EARLIER_TURNS` of them,
+from the same last `MESSAGES_READ` messages, and only the first `EARLIER_TURN_BYTES` of each.
 
 What msgspec refuses (NaN, huge integers, deep nesting, lone surrogate escapes, invalid JSON) goes
 through `parse_json_body`, which keeps ``json``'s leniency and its error messages, as before.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -25,6 +28,8 @@ from polyspec.router.errors import BadRequest
 MESSAGES_READ = 64  # the last user message is looked for among this many messages from the end
 PARTS_READ = 64  # text is taken from this many content parts at each end of a message
 SMALL_FIELD_BYTES = 4096  # model, stream, stream_options, polyspec: no legitimate value is larger
+EARLIER_TURNS = 4  # earlier user turns `Prompt.earlier_turns` reads, nearest first
+EARLIER_TURN_BYTES = 8192  # of each, from its start: more prose than language ID reads (core.langid)
 
 Body = dict[str, Any]  # top-level values are msgspec.Raw slices (strict bodies) or decoded values
 
@@ -176,34 +181,103 @@ def _content_text(content: Any) -> str:
     return ""
 
 
-def _chat_text(messages: list[Any]) -> str:
+@dataclass(frozen=True)
+class Prompt:
+    """The text to classify, and the messages before it for `earlier_turns` (read only when asked)."""
+
+    text: str
+    earlier: tuple[Any, ...] = ()  # messages before the last user one, nearest first, within MESSAGES_READ
+
+    def earlier_turns(self, turns: int = EARLIER_TURNS, turn_bytes: int = EARLIER_TURN_BYTES) -> list[str]:
+        """The texts of up to ``turns`` earlier user messages, nearest first, each cut to its first
+        ``turn_bytes`` (of JSON) without decoding the rest. A message of an odd shape is skipped: these
+        turns are only hints, and the router never judged them before."""
+        out: list[str] = []
+        for item in self.earlier:
+            if len(out) >= turns:
+                break
+            try:
+                role, content = _message(item)
+                if role == "user":
+                    out.append(_turn_head(content, turn_bytes))
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                continue
+        return out
+
+
+def _string_head(raw: bytes | msgspec.Raw, limit: int) -> str:
+    """The start of a JSON string literal ``raw``: about its first ``limit`` bytes, decoded alone."""
+    if len(raw) <= limit:
+        return msgspec.json.decode(raw)
+    head = bytes(memoryview(raw)[:limit])
+    end = len(head)
+    while end > 1 and head[end - 1] & 0xC0 == 0x80:  # not inside a UTF-8 sequence: drop a split character
+        end -= 1
+    if end > 1 and head[end - 1] >= 0xC0:
+        end -= 1
+    # Not inside an escape either (\uXXXX\uXXXX is the longest, 12 bytes): cut before any backslash run
+    # that starts in the last 12 bytes.
+    escape = head.find(b"\\", max(1, end - 12), end)
+    if escape != -1:
+        end = escape
+        while end > 1 and head[end - 1] == 0x5C:
+            end -= 1
+    try:
+        return msgspec.json.decode(head[:end] + b'"')
+    except msgspec.DecodeError:  # a lone surrogate half left at the cut: drop the last escape too
+        return msgspec.json.decode(head[:max(1, head.rfind(b"\\", 0, end))] + b'"')
+
+
+def _turn_head(content: Any, limit: int) -> str:
+    """An earlier turn's text, at most about ``limit`` bytes of it decoded: a string's head; of content parts,
+    the text parts among the first `PARTS_READ` that fit in ``limit`` bytes (a larger part is skipped)."""
+    if isinstance(content, msgspec.Raw):
+        first = memoryview(content)[0] if len(content) else 0
+        if first == ord('"'):
+            return _string_head(content, limit)
+        if first != ord("["):
+            return ""
+        content = [p for p in _ITEMS.decode(content)[:PARTS_READ] if len(p) <= limit]
+    elif isinstance(content, list):
+        content = content[:PARTS_READ]
+    text = _content_text(content)
+    return text[:limit]
+
+
+def _chat_prompt(messages: list[Any]) -> Prompt:
     if not messages:
         raise BadRequest("'messages' is required and must be a non-empty array.", param="messages")
     last: Any = _NOTHING
-    for item in messages[-1:-MESSAGES_READ - 1:-1]:
+    window = messages[-1:-MESSAGES_READ - 1:-1]
+    for i, item in enumerate(window):
         try:
             role, content = _message(item)
         except (msgspec.ValidationError, msgspec.DecodeError):
             raise BadRequest("Each message must be an object.", param="messages") from None
         if role == "user":
-            return _content_text(content)
+            return Prompt(_content_text(content), tuple(window[i + 1:]))
         last = content if last is _NOTHING else last  # the last message's, if no user message is near the end
-    return _content_text(last)
+    return Prompt(_content_text(last))
 
 
-def prompt_text(body: Mapping[str, Any], kind: str) -> str:
+def read_prompt(body: Mapping[str, Any], kind: str) -> Prompt:
     """The text to classify: the last user message (chat; among the last `MESSAGES_READ`, else the last
-    message) or the prompt (completions; the last string of a list). Also validates the fields the router
-    itself depends on."""
+    message) or the prompt (completions; the last string of a list); for chat, with the messages before it.
+    Also validates the fields the router itself depends on."""
     try:
         if kind == "chat":
             messages = body.get("messages")
             if messages is None:
                 raise BadRequest("'messages' is required and must be a non-empty array.", param="messages")
-            return _chat_text(_items(messages, "messages"))
-        return _completion_text(body.get("prompt"))
+            return _chat_prompt(_items(messages, "messages"))
+        return Prompt(_completion_text(body.get("prompt")))
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:  # a strict body's part of an odd shape
         raise BadRequest(f"Request body has an unexpected shape: {exc}.") from None
+
+
+def prompt_text(body: Mapping[str, Any], kind: str) -> str:
+    """`read_prompt`'s text alone."""
+    return read_prompt(body, kind).text
 
 
 def _completion_text(prompt: Any) -> str:

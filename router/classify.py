@@ -1,10 +1,13 @@
 """Request parsing and classification: which language and domain a request belongs to.
 
 The language comes from, in order: the ``X-Polyspec-Language`` header, a ``polyspec.language`` body
-field, or fastText langid on the last user message (chat) / the prompt (completions), with code blocks
-and URLs stripped. Detection is restricted to the languages the routing table serves; a confidence
-below the threshold sends the request to the default language, and its statistics go to the
-undetermined bucket ``und`` (so uncertain prompts do not blur the default language's acceptance).
+field, or language ID (core.langid: fastText, with lingua on short texts) on the last user message (chat)
+/ the prompt (completions), with code blocks and URLs stripped. When the last user message is short and
+language ID is not sure of it ("ok", "continue", "2"), earlier user turns of the conversation fill in
+what the last one leaves open (`_with_earlier_turns`). Detection is restricted to the languages the
+routing table serves; a confidence below the threshold sends the request to the default language, and
+its statistics go to the undetermined bucket ``und`` (so uncertain prompts do not blur the default
+language's acceptance).
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ from typing import Any
 
 from polyspec.core.domains import DOMAINS, detect_domain
 from polyspec.core.languages import lookup_language
-from polyspec.core.langid import UNDETERMINED, LabelSet, allowed_labels, clean_for_langid, detect_cleaned
-from polyspec.router.body import prompt_text
+from polyspec.core.langid import (
+    UNDETERMINED, LabelSet, LangGuess, allowed_labels, clean_for_langid, detect_cleaned,
+)
+from polyspec.router.body import Prompt, read_prompt
 from polyspec.router.body import pop_router_fields as body_pop_router_fields
 from polyspec.router.errors import BadRequest
 
@@ -26,6 +31,9 @@ HEADER_PREFIX = "x-polyspec-"
 # A BCP 47-ish code: what a pin may look like before it is looked up (letters, digits, '-', '_', '.').
 _PIN = re.compile(r"[A-Za-z0-9_.-]{1,35}")
 OTHER = "other"  # the label of a pinned language the routing table does not serve
+# A last user message shorter than this (cleaned; about 8 words) may take its language from earlier turns.
+# A RouterConfig field would let operators set it; a constant until then.
+SHORT_TURN_CHARS = 48
 
 
 @dataclass(frozen=True)
@@ -117,6 +125,33 @@ def stats_label(language: str, source: str, served: Collection[str]) -> str:
     return language if language in served else OTHER
 
 
+def _with_earlier_turns(last: LangGuess | None, prompt: Prompt, allowed: LabelSet, max_chars: int) -> LangGuess | None:
+    """The last turn's guess, completed by the earlier user turns of the conversation.
+
+    The last turn keeps its confidence for its language; the earlier turns (read together, nearest first,
+    within the same ``max_chars``: one more detection at most) share out the rest, ``1 - confidence``. So a
+    short turn that is clearly French stays French after a long English conversation, and an "ok" after a
+    French one reads as French. With no text in the last turn (code only), the earlier turns decide alone.
+    """
+    cleaned, budget = [], max_chars
+    for turn in prompt.earlier_turns():
+        if budget <= 0:
+            break
+        text = clean_for_langid(turn, max_chars=budget)
+        if text:
+            cleaned.append(text)
+            budget -= len(text) + 1
+    if not cleaned:
+        return last
+    context = detect_cleaned(" ".join(cleaned), allowed)
+    if last is None:
+        return context
+    votes = {last.language: last.confidence}  # first: equal votes keep the last turn's language
+    votes[context.language] = votes.get(context.language, 0.0) + (1.0 - last.confidence) * context.confidence
+    language = max(votes, key=votes.__getitem__)
+    return LangGuess(language, min(votes[language], 1.0))
+
+
 def classify(
     body: Mapping[str, Any],
     kind: str,
@@ -132,17 +167,23 @@ def classify(
     """``allowed``: `served` plus the default language as `allowed_labels` gives it (the router keeps
     one per routing table instead of rebuilding it per request). ``domains``: the routing table's domains,
     which a pin may name besides the built-in ones."""
-    text = prompt_text(body, kind)
+    prompt = read_prompt(body, kind)
+    text = prompt.text
     domain = pinned_domain(headers, pins, {*DOMAINS, *domains}) or detect_domain(text)
     pinned = pinned_language(headers, pins)
     counted = {*served, default_language}
     if pinned:
         source = "header" if headers.get("x-polyspec-language") else "body"
         return Decision(pinned, 1.0, None, domain, source, text, stats_label(pinned, source, counted))
+    labels = allowed or allowed_labels(counted)
     cleaned = clean_for_langid(text, max_chars=max_chars)
-    if not cleaned.strip():
+    guess = detect_cleaned(cleaned, labels) if cleaned.strip() else None
+    # Earlier turns can change the language only below 0.5 (they share out 1 - confidence), and the route
+    # only below the threshold too: above both, they are not read.
+    if len(cleaned) < SHORT_TURN_CHARS and (guess is None or guess.confidence < max(0.5, threshold)):
+        guess = _with_earlier_turns(guess, prompt, labels, max_chars)
+    if guess is None:
         return Decision(default_language, 0.0, None, domain, "fallback", text, UNDETERMINED)
-    guess = detect_cleaned(cleaned, allowed or allowed_labels(counted))
     if guess.confidence < threshold:
         return Decision(default_language, guess.confidence, guess.language, domain, "fallback", text, UNDETERMINED)
     return Decision(guess.language, guess.confidence, guess.language, domain, "langid", text,

@@ -90,6 +90,11 @@ class RouterRuntime:
             return self._refresh_failed(exc)
         if not table.pools and self.table.pools:
             return self._refuse_empty()
+        # lingua's models for the new table's languages load in a worker thread before the table serves:
+        # otherwise the first short prompt of each language would load them on the event loop (0.8 s, GIL held).
+        from polyspec.core.langid import warm_up
+
+        await anyio.to_thread.run_sync(warm_up, self.langid_labels(table))
         known = set(self.backends.replicas)
         self.table = table
         self.backends.sync([(r.name, r.url) for r in table.replicas()])
@@ -179,9 +184,9 @@ class RouterRuntime:
                 log.exception("background task failed")
 
     async def start(self) -> None:
-        from polyspec.core.langid import detect
+        from polyspec.core.langid import warm_up
 
-        await anyio.to_thread.run_sync(detect, "warm up")  # loads fastText now, not on the first request
+        await anyio.to_thread.run_sync(warm_up)  # loads fastText now, not on the first request
         await self.refresh(wait_s=START_REFRESH_WAIT_S)
         if self.capture is not None:
             self.capture.start()  # its writer task: capture never runs on the request path

@@ -1,11 +1,16 @@
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 import pytest
 
-from polyspec.core.langid import LangGuess, clean_for_langid, detect, detect_many
+from polyspec.core import langid_short
+from polyspec.core.langid import (
+    MARGIN, SHORT_CHARS, LangGuess, allowed_labels, clean_for_langid, detect, detect_cleaned, detect_cleaned_fasttext,
+    detect_many, warm_up,
+)
 
 SENTENCES = {
     "fr": "Pouvez-vous m'expliquer comment fonctionne la photosynthèse chez les plantes vertes ?",
@@ -24,8 +29,6 @@ def test_detects_real_sentences(lang: str) -> None:
 
 
 def test_mtbench_first_turns(shared_data) -> None:
-    import json
-
     hits = total = 0
     for lang in ("en", "fr", "ru", "ja", "zh"):
         rows = [json.loads(line) for line in (shared_data / "eval" / "mtbench" / f"{lang}.jsonl").read_text().splitlines()]
@@ -80,3 +83,101 @@ def test_clean_truncates_at_word_boundary() -> None:
 def test_langid_does_not_import_torch() -> None:
     code = "import sys, polyspec.core.langid as l; l.detect('bonjour tout le monde'); assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+# Word pairs fastText alone gets wrong (the label it gives in the comment) and fastText + lingua gets right.
+SHORT_FIXED = {
+    "Bonne nuit": "fr",  # fastText: en
+    "Buenas noches": "es",  # eo
+    "Dank je wel": "nl",  # hsb
+    "God natt": "sv",  # en
+    "Dobranoc kochanie": "pl",  # nl
+    "继续写": "zh",  # en
+}
+
+
+@pytest.mark.parametrize("text", sorted(SHORT_FIXED))
+def test_short_texts_fasttext_got_wrong_are_now_right(text: str) -> None:
+    lang = SHORT_FIXED[text]
+    assert detect_cleaned_fasttext(text).language != lang  # the old path, kept as the benchmark's baseline
+    assert detect(text).language == lang
+    assert detect(text, restrict=["en", "de", lang]).language == lang
+
+
+def test_long_texts_take_the_fasttext_path_unchanged() -> None:
+    for text in SENTENCES.values():  # ja is 35 characters: short, but fastText leads by more than MARGIN
+        assert len(text) >= SHORT_CHARS or detect_cleaned_fasttext(text).confidence > (1 + MARGIN) / 2
+        assert detect_cleaned(text) == detect_cleaned_fasttext(text)
+        assert detect_cleaned(text, allowed_labels(["fr", "en"])) == detect_cleaned_fasttext(text, allowed_labels(["fr", "en"]))
+
+
+def test_restriction_is_honoured_on_short_texts() -> None:
+    for text in [*SHORT_FIXED, "ok", "Ще раз", "Devam et", "2 + 2 ?"]:
+        for restrict in (["fr", "de"], ["ru", "uk", "en"], ["ja", "zh"]):
+            guess = detect(text, restrict=restrict)
+            assert guess.language in restrict and 0.0 <= guess.confidence <= 1.0, (text, restrict, guess)
+    # A restriction lingua can choose nothing from (one language it knows, one it does not) leaves fastText.
+    assert detect("Bonne nuit", restrict=["fr"]).language == "fr"
+    assert detect("Bonne nuit", restrict=["fr", "xx"]).language == "fr"
+
+
+def test_text_in_no_served_language_stays_unsure() -> None:
+    """lingua's confidences sum to 1 over the served languages; the vote must not turn that into certainty."""
+    guess = detect("Dziękuję bardzo", restrict=["fr", "es"])
+    assert guess.language in {"fr", "es"} and guess.confidence < 0.2
+    assert detect("Dziękuję bardzo").language == "pl"
+
+
+def test_hostile_inputs_cost_a_bounded_amount() -> None:
+    seen: list[int] = []
+    real = langid_short.confidences
+
+    def spy(text: str, langs: frozenset[str]) -> dict[str, float]:
+        seen.append(len(text))
+        return real(text, langs)
+
+    langid_short.confidences = spy
+    try:
+        one_word = "bonjour" * 150_000  # about 1 MB without a space
+        assert detect(one_word).confidence >= 0.0
+        assert detect_cleaned(one_word).language  # straight in, uncleaned: fastText reads it once, lingua never
+        controls = "".join(chr(c) for c in range(32)) + "\x7f\u200b\ufeff"
+        assert detect(controls + "Bonne nuit" + controls).language == "fr"
+        assert detect(controls * 1000).language in {"und", *langid_short.known(), "en"}
+        mixed = "hello привет 你好 مرحبا नमस्ते 안녕 שלום"
+        assert detect(mixed, restrict=["ru", "en"]).language in {"ru", "en"}
+        assert detect(mixed).confidence <= 1.0
+    finally:
+        langid_short.confidences = real
+    assert seen and max(seen) < SHORT_CHARS  # lingua only ever saw short texts
+
+
+def test_lingua_detectors_are_built_once_and_shared_between_threads() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    labels = allowed_labels(["fr", "es", "it", "pt"])
+    warm_up(labels)  # loads the models now; later calls find them
+    texts = ["Bonne nuit", "Buenas noches", "Buona notte", "Boa noite"] * 25
+    serial = [detect_cleaned(t, labels) for t in texts]
+    with ThreadPoolExecutor(4) as pool:
+        threaded = list(pool.map(lambda t: detect_cleaned(t, labels), texts))
+    assert [g.language for g in threaded] == [g.language for g in serial]
+    # lingua's sums may round in another order across threads: equal to the last bits or so
+    assert [g.confidence for g in threaded] == pytest.approx([g.confidence for g in serial], abs=1e-12)
+    assert [g.language for g in serial[:4]] == ["fr", "es", "it", "pt"]
+    assert langid_short._detector(langid_short.candidates(labels.codes)) is langid_short._detector(
+        langid_short.candidates(labels.codes))
+
+
+def test_detect_many_and_cli_agree_on_short_lines() -> None:
+    lines = ["Bonne nuit", "Buenas noches", "", "Could you explain how photosynthesis works?"]
+    guesses = detect_many(lines)
+    assert [g.language for g in guesses] == ["fr", "es", "und", "en"]
+    out = subprocess.run([sys.executable, "-m", "polyspec.cli", "langid", "--json"], input="\n".join(lines) + "\n",
+                         text=True, capture_output=True, check=True, timeout=300).stdout.splitlines()
+    rows = [json.loads(line) for line in out]
+    assert [r["language"] for r in rows] == [g.language for g in guesses]
+    assert [r["confidence"] for r in rows] == [round(g.confidence, 6) for g in guesses]
+    restricted = subprocess.run([sys.executable, "-m", "polyspec.cli", "langid", "--json", "--restrict", "de,nl"],
+                                input="Bonne nuit\n", text=True, capture_output=True, check=True, timeout=300).stdout
+    assert json.loads(restricted)["language"] in {"de", "nl"}

@@ -135,3 +135,28 @@ def test_migration_0003_keeps_live_rows_with_no_time(tmp_path: Path) -> None:
         [row] = reg.live_stats()
         assert (row.requests, row.generation_s, row.counts.tokens_per_second) == (3, 0.0, None)
         assert reg.calibrations() == []
+
+
+def test_calibrate_cli_refuses_bad_input_before_touching_an_engine(reg, verifier_rec, registry_url, tmp_path) -> None:
+    """Bad batch lists, unknown deployments, an empty or missing registry: a clear error and exit code, no
+    request sent, nothing stored."""
+    from typer.testing import CliRunner
+
+    from polyspec.cli import app
+
+    runner = CliRunner()
+
+    def run(*args: str):
+        return runner.invoke(app, ["engines", "calibrate", "--registry", registry_url, *args])
+
+    for batch in ("0", "1,1", "x", "1,,300", ""):
+        out = run("--batch", batch)
+        assert out.exit_code == 2 and "--batch" in out.output, (batch, out.output)
+    empty = run()
+    assert empty.exit_code == 3 and "no active deployment to calibrate" in empty.output
+    reg.deploy(None, name="plain", url="http://127.0.0.1:9", languages=["en"])
+    unknown = run("-d", "nope")
+    assert unknown.exit_code == 3 and "'nope'" in unknown.output and "plain" in unknown.output
+    missing = runner.invoke(app, ["engines", "calibrate", "--registry", f"sqlite:///{tmp_path / 'gone.db'}"])
+    assert missing.exit_code != 0 and not (tmp_path / "gone.db").exists()
+    assert reg.calibrations() == []

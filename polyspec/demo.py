@@ -347,6 +347,7 @@ def demo(
 
     console = _console()
     started = time.monotonic()
+    os.environ.setdefault("POLYSPEC_ROUTER_POLICY", "speed")  # the demo shows the speed policy (docs/speed.md)
     no_wait = no_wait or bool(os.environ.get("CI"))
     try:
         verifier = prepare_verifier(get_settings().default_verifier)

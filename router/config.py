@@ -47,9 +47,10 @@ class RouterConfig(BaseSettings):
         default=2000, ge=0, description="Weight (in spec steps) of the offline MAL in the live/offline blend."
     )
     policy: Literal["speed", "mal"] = Field(
-        default="speed",
-        description="speed: the pool with the highest predicted tokens/s, speculation-free pools included "
-        "(router.speed, docs/speed.md); mal: the pool whose draft has the best mean acceptance length.",
+        default="mal",
+        description="mal: the pool whose draft has the best mean acceptance length; speed: the pool with the "
+        "highest predicted tokens/s, speculation-free pools included (router.speed, docs/speed.md). speed "
+        "becomes the default once bench/speed_policy.py has measured it at full size.",
     )
     explore_share: float = Field(
         default=0.02, ge=0.0, le=0.5,

@@ -11,8 +11,8 @@ language with the verifier's own output, and every pool whose draft has evidence
 - ``step_s`` is the calibrated step time at the batch the pool would run (in-flight on its least loaded
   healthy replica, plus this request), blended with what this router measured on the pool's replicas.
 - Pools are ranked by the lower confidence bound of E (``speed_confidence_z``) over the step time: a draft
-  with few samples does not win on luck. Pools without a step time (never calibrated, never measured)
-  follow the predicted ones, in the MAL policy's order; when no pool has one the MAL order stands.
+  with few samples does not win on luck. While any candidate lacks a step time (never calibrated, never
+  measured) the MAL order stands: the comparison would be unfair to the pool nobody measured.
 - Candidates: the MAL policy's tiers, then pools without speculation and pools whose draft has evidence on
   the language (``extra_pools``).
 - Exploration: one request in ``1 / explore_share`` of a (language, domain) goes to the candidate other
@@ -190,11 +190,12 @@ def rank(pools_mal_order: list[Pool], extra: list[Pool], language: str, domain: 
         return Ranking([], "no_candidate")
     memo = {} if memo is None else memo
     scored = [candidate(p, language, domain, inputs, memo) for p in pools]
-    predicted = [c for c in scored if c.lower_tps is not None]
-    if not predicted:
-        # Nothing to predict with: the MAL order, exactly as before (pools no tier names are left out).
+    if any(c.lower_tps is None for c in scored):
+        # A candidate without a step time (never calibrated, never measured) cannot be compared: a pool
+        # measured live would always beat the language's own uncalibrated pool. So the MAL order stands,
+        # exactly as before (pools no tier names are left out), until every candidate has a step time.
         return Ranking([c for c in scored if c.pool.key in seen], "no_speed_model")
-    order = sorted(predicted, key=lambda c: -(c.lower_tps or 0.0)) + [c for c in scored if c.lower_tps is None]
+    order = sorted(scored, key=lambda c: -(c.lower_tps or 0.0))
     if len(order) > 1 and inputs.explorer.tick(language, domain):
         others = order[1:]
         pick = min(others, key=lambda c: (c.samples if c.step_s is not None else -1.0, others.index(c)))

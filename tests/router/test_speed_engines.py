@@ -49,7 +49,7 @@ def test_calibration_of_real_engines_drives_the_speed_policy(deployed, registry,
     registry.undeploy("broken")
     registry.undeploy("gone")
 
-    with serve_router(registry_url, explore_share=0.0) as router:
+    with serve_router(registry_url, policy="speed", explore_share=0.0) as router:
         asked = chat(router.url, FR_TEXT, headers={"X-Polyspec-Explain": "1"}, max_tokens=24)
         plain = chat(router.url, FR_TEXT, max_tokens=8)
         assert asked.status_code == 200, asked.text
@@ -63,7 +63,8 @@ def test_calibration_of_real_engines_drives_the_speed_policy(deployed, registry,
         assert metric(router.url, "polyspec_request_tokens_per_second_count", language="fr", draft=fr_ref) == 2
         assert metric(router.url, "polyspec_predicted_tokens_per_second", language="fr", draft=fr_ref) > 0
 
-    explained = runner.invoke(app, ["route", "explain", "--registry", registry_url, "--json"],
+    explained = CliRunner(env={"POLYSPEC_ROUTER_POLICY": "speed"}).invoke(
+        app, ["route", "explain", "--registry", registry_url, "--json"],
                               input=json.dumps({"model": "polyspec", "messages": [{"role": "user", "content": FR_TEXT}]}))
     assert explained.exit_code == 0, explained.output
     e = json.loads(explained.stdout)

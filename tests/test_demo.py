@@ -56,7 +56,7 @@ def test_demo_serves_the_shipped_drafts_from_an_empty_registry(verifier, registr
     assert "shipped draft smollm2-135m-instruct-fr@1 imported" in out
     assert "→ demo-en" in out and "→ demo-fr" in out  # each language routed to its own engine
     assert "Acceptance per language" in out
-    assert "calibrating 3 engine(s)" in out  # `up --calibrate`: step times before the router starts
+    assert "calibrating 2 engine(s)" in out  # `up --calibrate`: step times before the router starts
     assert "Speed per language" in out and "speed-up" in out  # predicted vs observed vs no speculation
     assert "fleet stopped" in out
     with open_registry(registry_url) as reg:
@@ -64,7 +64,7 @@ def test_demo_serves_the_shipped_drafts_from_an_empty_registry(verifier, registr
         live = {row.language: row for row in reg.live_stats()}
         fr_gate = [e for e in reg.events() if e.kind.startswith("promot") and "instruct-fr" in e.subject]
         reg_calibrations = reg.calibrations()
-    assert set(deps) == {"demo-en", "demo-fr", "demo-none"} and deps["demo-en"].is_default
+    assert set(deps) == {"demo-en", "demo-fr"} and deps["demo-en"].is_default
     assert {c.deployment for c in reg_calibrations} == set(deps)
     assert deps["demo-fr"].draft == "smollm2-135m-instruct-fr@1"
     assert all(d.url is None for d in deps.values())  # launched URLs removed on stop

@@ -54,7 +54,9 @@ def test_demo_serves_the_shipped_drafts_from_an_empty_registry(verifier, registr
     assert "no active" not in out  # nothing trained
     assert "shipped draft smollm2-135m-instruct-en@1 imported" in out
     assert "shipped draft smollm2-135m-instruct-fr@1 imported" in out
-    assert "→ demo-en" in out and "→ demo-fr" in out  # each language routed to its own engine
+    # The demo runs the speed policy: French goes to the French draft; English may too (that draft accepts
+    # English better than the English base on the shipped figures), so only French is pinned here.
+    assert "→ demo-fr" in out
     assert "Acceptance per language" in out
     assert "calibrating 2 engine(s)" in out  # `up --calibrate`: step times before the router starts
     assert "Speed per language" in out and "speed-up" in out  # predicted vs observed vs no speculation

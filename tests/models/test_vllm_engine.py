@@ -61,6 +61,25 @@ def test_engine_spec_command_and_env(tmp_path: Path) -> None:
     assert "--speculative-config" not in plain and "--per-request-spec-decode-metrics" not in plain
 
 
+def test_engine_eager_setting_adds_enforce_eager_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from polyspec.core.settings import reset_settings_cache
+
+    monkeypatch.setenv("POLYSPEC_ENGINE_EAGER", "0")
+    reset_settings_cache()
+    assert "--enforce-eager" not in EngineSpec(verifier=tmp_path / "v").command(1)
+    monkeypatch.setenv("POLYSPEC_ENGINE_EAGER", "1")
+    reset_settings_cache()
+    assert EngineSpec(verifier=tmp_path / "v").command(1)[-1] == "--enforce-eager"
+    both = EngineSpec(verifier=tmp_path / "v", extra_args=["--enforce-eager"]).command(1)
+    assert both.count("--enforce-eager") == 1
+    monkeypatch.setenv("POLYSPEC_ENGINE_EAGER", "maybe")
+    reset_settings_cache()
+    with pytest.raises(ValueError):
+        EngineSpec(verifier=tmp_path / "v").command(1)
+    monkeypatch.delenv("POLYSPEC_ENGINE_EAGER")
+    reset_settings_cache()
+
+
 def test_engine_dtype_auto_follows_cpu_flags_and_explicit_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def dtype_arg(spec: EngineSpec) -> str:
         cmd = spec.command(1)

@@ -81,6 +81,12 @@ class AcceptanceEstimate:
         return max(1.0, self.mean(k) - z * spread)
 
 
+# An offline evaluation recorded without its prompt count (older records, hand-added figures) counts as this
+# many prompts: few enough that live traffic soon outweighs it, but not zero, which would make its lower
+# bound 1.0 (no better than no speculation) however good the figure.
+UNKNOWN_OFFLINE_SAMPLES = 10
+
+
 def blend_acceptance(
     offline: Sequence[float] | None, offline_samples: int, prior_steps: int,
     live_per_pos: Sequence[int] = (), live_steps: int = 0, live_requests: int = 0,
@@ -90,6 +96,8 @@ def blend_acceptance(
     live = [n / live_steps for n in live_per_pos] if live_steps > 0 else None
     if offline is None and live is None:
         return None
+    if offline is not None and offline_samples <= 0:
+        offline_samples = UNKNOWN_OFFLINE_SAMPLES
     if live is None:
         return AcceptanceEstimate(tuple(offline or ()), float(offline_samples), 0)
     if offline is None:

@@ -11,7 +11,8 @@ language with the verifier's own output, and every pool whose draft has evidence
 - ``step_s`` is the calibrated step time at the batch the pool would run (in-flight on its least loaded
   healthy replica, plus this request), blended with what this router measured on the pool's replicas.
 - Pools are ranked by the lower confidence bound of E (``speed_confidence_z``) over the step time: a draft
-  with few samples does not win on luck. While any candidate lacks a step time (never calibrated, never
+  with few samples does not win on luck. The MAL policy's first pool (the incumbent) is ranked by its point
+  estimate instead, so it does not lose on bad luck either: another pool must be surely faster to take over. While any candidate lacks a step time (never calibrated, never
   measured) the MAL order stands: the comparison would be unfair to the pool nobody measured.
 - Candidates: the MAL policy's tiers, then pools without speculation and pools whose draft has evidence on
   the language (``extra_pools``).
@@ -195,7 +196,12 @@ def rank(pools_mal_order: list[Pool], extra: list[Pool], language: str, domain: 
         # measured live would always beat the language's own uncalibrated pool. So the MAL order stands,
         # exactly as before (pools no tier names are left out), until every candidate has a step time.
         return Ranking([c for c in scored if c.pool.key in seen], "no_speed_model")
-    order = sorted(scored, key=lambda c: -(c.lower_tps or 0.0))
+    # The MAL policy's first pool (the language's own draft, or the default) is the incumbent and is judged
+    # by its point estimate; every other pool by its lower bound. A pool with little evidence thus neither
+    # wins nor loses on luck: a new draft serving its own language keeps its traffic until another pool is
+    # surely faster, and a measured alternative (no speculation, say) takes over once it is.
+    incumbent = scored[0].pool.key if scored[0].pool.key in seen else None
+    order = sorted(scored, key=lambda c: -((c.tps if c.pool.key == incumbent else c.lower_tps) or 0.0))
     if len(order) > 1 and inputs.explorer.tick(language, domain):
         others = order[1:]
         pick = min(others, key=lambda c: (c.samples if c.step_s is not None else -1.0, others.index(c)))

@@ -57,6 +57,17 @@ def test_offline_rates_weigh_as_prior_steps_and_live_steps_take_over() -> None:
     assert blend_acceptance(None, 0, 2000) is None
 
 
+def test_an_evaluation_without_a_prompt_count_still_bounds_above_one() -> None:
+    """An offline figure recorded with num_prompts = 0 counts as a few prompts, not as no evidence."""
+    from polyspec.core.speed import UNKNOWN_OFFLINE_SAMPLES
+
+    unknown = blend_acceptance([0.7, 0.5, 0.3], 0, 2000)
+    assert unknown is not None and unknown.samples == UNKNOWN_OFFLINE_SAMPLES
+    assert 1.0 < unknown.lower(3, 1.64) < unknown.mean(3)
+    counted = blend_acceptance([0.7, 0.5, 0.3], 400, 2000)
+    assert unknown.lower(3, 1.64) < counted.lower(3, 1.64)  # type: ignore[union-attr]
+
+
 def test_step_times_interpolate_between_batch_sizes_and_extend_the_last_slope() -> None:
     points = {1: 0.050, 4: 0.080}
     assert interpolate(points, 1) == pytest.approx(0.050)

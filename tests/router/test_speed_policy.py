@@ -101,6 +101,31 @@ def test_few_live_samples_rank_by_a_lower_bound_not_by_luck() -> None:
     assert new.lower < old.lower and r.chosen is old
 
 
+def test_a_new_draft_of_the_language_keeps_its_traffic_until_another_pool_is_surely_faster() -> None:
+    """Italian after `polyspec adapt` swapped in an Italian draft: the new draft (4 live requests, the
+    language's own pool, so the incumbent) is judged by its point estimate; the English draft, measured on
+    thousands of Italian steps, by its lower bound. The new draft keeps Italian while its estimate is higher,
+    and loses it once the English draft's lower bound passes that estimate."""
+    deps = deployments() + [{"name": "it-new", "url": "http://it-new:8000", "draft": "it@1", "languages": ["it"],
+                             "is_default": False, "k": 3, "offline_acceptance": {}, "offline_samples": {},
+                             "offline_mal": {}, "step_s": SPEC_STEP}]
+    deps = [d for d in deps if d["name"] != "plain"]
+    table = build_table(deps, "en")
+
+    def rank_it(new_per_pos: tuple[int, ...], en_per_pos: tuple[int, ...]):
+        live = {("it", "general", "it@1"): SpecCounts(requests=4, num_spec_steps=100, accepted_per_pos=new_per_pos),
+                ("it", "general", "en-base@1"): SpecCounts(requests=2000, num_spec_steps=20000,
+                                                           accepted_per_pos=en_per_pos)}
+        return rank(candidate_pools(table, "it", "general", live, 2000), extra_pools(table, "it", "general", live, None),
+                    "it", "general", inputs(live=live))
+
+    r = rank_it((45, 20, 8), (8000, 3000, 1000))  # E: new 1.73 (lower about 1.3), English 1.60
+    new = next(c for c in r.candidates if c.pool.draft == "it@1")
+    assert new.lower < 1.6 < new.expected and r.chosen is new
+    r = rank_it((45, 20, 8), (9000, 5000, 3000))  # English surely at 1.85 > 1.73
+    assert r.chosen is not None and r.chosen.pool.draft == "en-base@1"
+
+
 def test_exploration_sends_a_bounded_share_to_the_least_known_candidate() -> None:
     table = build_table(deployments(), "en")
     pools = candidate_pools(table, "fr", "general", {}, 2000)

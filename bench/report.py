@@ -167,9 +167,29 @@ def langid_md(d: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def adaptation_md(d: dict[str, Any]) -> str:
+    """docs/results/adaptation.json (bench/adapt.py): one row per closed-loop run."""
+    def f(v: Any, digits: int = 2) -> str:
+        return "–" if v is None else f"{v:.{digits}f}"
+
+    lines = ["| language | trained on | prompts (train / held out) | live MAL before → after | "
+             "live tok/s before → after | requests during swap | failed | minutes to serving |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in d["runs"]:
+        lines.append(f"| {r['language']} | {r['trained_on']} | {r.get('train_prompts', '–')} / "
+                     f"{r.get('heldout_prompts', '–')} | {f(r['live_mal_before'])} → {f(r['live_mal_after'])} | "
+                     f"{f(r['live_tps_before'], 1)} → {f(r['live_tps_after'], 1)} | {r['requests_during_swap']} | "
+                     f"{r['failed_requests_during_swap']} | {f(r['minutes_detection_to_serving'], 1)} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     name = sys.argv[1]
-    d = json.loads((OUT / name).read_text())
+    path = Path(name) if Path(name).is_file() else OUT / name
+    d = json.loads(path.read_text())
+    if "runs" in d:
+        print(adaptation_md(d))
+        return
     print({"router_overhead": overhead_md, "load": load_md, "e2e_speedup": e2e_md, "hostile": hostile_md,
            "speed_policy": speed_policy_md, "langid": langid_md}[d["benchmark"]](d))
 

@@ -34,6 +34,7 @@ SUB_APPS: dict[str, tuple[str, ...]] = {
     "polyspec.up": ("up",),
     "polyspec.demo": ("demo",),
     "polyspec.engines": ("engines",),
+    "polyspec.adapt": ("adapt",),
 }
 UNAVAILABLE: dict[str, str] = {}
 

@@ -25,17 +25,25 @@ def up(
     log_level: str = typer.Option("warning", help="uvicorn log level."),
     calibrate: bool = typer.Option(False, "--calibrate", help="Calibrate the launched engines for the speed policy "
                                    "(`polyspec engines calibrate`, quick: batch 1 and 2) before the router starts."),
+    adapt_every: Optional[str] = typer.Option(None, "--adapt-every", help="Also run `polyspec adapt --every "
+                                              "DURATION` (30m, 2h, ...) beside the router, stopped with the fleet."),
 ) -> None:
     """Start one vLLM engine per active deployment (or per --config entry), then the router. Ctrl-C stops all."""
+    from polyspec.adapt import AdaptLoop, parse_every
     from polyspec.fleet import plan_up, run_up
 
+    logs = get_settings().home / "logs"
+    loop = AdaptLoop(parse_every(adapt_every), registry, logs / "adapt.log") if adapt_every else None
     try:
         plan = plan_up(config, host=host, port=port, registry_url=registry, base_port=base_port)
-        run_up(plan, logs_dir=get_settings().home / "logs", ready_timeout=ready_timeout, log_level=log_level,
-               calibrate=calibrate)
+        run_up(plan, logs_dir=logs, ready_timeout=ready_timeout, log_level=log_level, calibrate=calibrate,
+               on_ready=loop.start if loop else None)
     except KeyboardInterrupt:
         typer.echo("interrupted; fleet stopped", err=True)
         raise typer.Exit(130) from None
+    finally:
+        if loop is not None:
+            loop.stop()
 
 
 def register(root: typer.Typer) -> None:

@@ -219,3 +219,25 @@ class PromotionResult(Record):
     failures: list[str] = Field(default_factory=list)
     retired: list[str] = Field(default_factory=list)
     repointed_deployments: list[str] = Field(default_factory=list)
+
+
+class AdaptEventRecord(Record):
+    """One step of `polyspec adapt` from the audit trail (registry.adaptation): ``language`` is the event's
+    subject; ``attempt`` groups the steps of one adaptation; ``details`` holds the figures and checksums."""
+
+    id: int
+    kind: str  # adapt-trigger | adapt-training | adapt-gate | adapt-canary | adapt-swap | adapt-rollback | ...
+    language: str
+    step: str
+    attempt: str | None = None
+    status: str = "done"
+    who: str = ""
+    details: dict[str, Any] = Field(default_factory=dict)
+    created_at: dt.datetime | None = None
+
+    @classmethod
+    def of(cls, row: schema.Event) -> AdaptEventRecord:
+        details = dict(row.details or {})
+        return cls(id=row.id, kind=row.kind, language=row.subject, step=row.kind.removeprefix("adapt-"),
+                   attempt=details.get("attempt"), status=str(details.get("status", "done")),
+                   who=str(details.get("who", "")), details=details, created_at=row.created_at)

@@ -190,3 +190,19 @@ class Event(Base):
     subject: Mapped[str] = mapped_column(String(250))  # e.g. "fr-ft@2" or a deployment name
     details: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Lock(Base):
+    """A named lease that one process holds at a time, e.g. "adapt" (`polyspec adapt`: only one adapt process
+    acts on the fleet). The holder renews it (heartbeat); a lease whose ``expires_at`` has passed is stale and
+    the next process takes it over. Times are Unix seconds: comparable on every backend, no time zones."""
+
+    __tablename__ = "locks"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    holder: Mapped[str] = mapped_column(String(250))  # host:pid:random, see registry.locks.holder_id
+    acquired_at: Mapped[float] = mapped_column(Float)
+    heartbeat_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float)
+    details: Mapped[dict[str, Any]] = mapped_column(default=dict)  # what the holder is doing, for operators

@@ -13,11 +13,13 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from polyspec.core.acceptance import MAL_TOLERANCE, mal_from_positions
-from polyspec.registry import artifacts, calibrations, db, deployments, planning, profiles, promotion, transfer
+from polyspec.registry import (
+    adaptation, artifacts, calibrations, db, deployments, locks, planning, profiles, promotion, transfer,
+)
 from polyspec.registry.errors import AlreadyExists, InvalidDraft, InvalidEvaluation, NotFound, RegistryError, RegistryMissing
 from polyspec.registry.languages import normalize_languages
 from polyspec.registry.records import (
-    CalibrationRecord, DeploymentView, DraftRecord, EvaluationRecord, EventRecord, LanguageProfileRecord, LiveStatRecord,
+    AdaptEventRecord, CalibrationRecord, DeploymentView, DraftRecord, EvaluationRecord, EventRecord, LanguageProfileRecord, LiveStatRecord,
     PromotionResult, VerifierRecord,
 )
 from polyspec.registry.schema import Draft, Evaluation, Event, Verifier
@@ -387,6 +389,59 @@ class Registry:
         """Merge an export into this registry (all or nothing); returns rows added per table."""
         with self.session(write=True) as s:
             return transfer.import_all(s, data)
+
+    # -- locks and adaptation (registry.locks, registry.adaptation) ---------------------------
+    def acquire_lock(self, name: str, holder: str, ttl_s: float, details: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Take (or renew) the lease ``name``; `LockHeld` while another live holder has it."""
+        with self.session(write=True) as s:
+            return locks.acquire(s, name, holder, ttl_s, dict(details or {}))
+
+    def heartbeat_lock(self, name: str, holder: str, ttl_s: float, details: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        with self.session(write=True) as s:
+            return locks.heartbeat(s, name, holder, ttl_s, dict(details) if details is not None else None)
+
+    def release_lock(self, name: str, holder: str) -> bool:
+        with self.session(write=True) as s:
+            return locks.release(s, name, holder)
+
+    def locks(self) -> list[dict[str, Any]]:
+        with self.session() as s:
+            return locks.list_locks(s)
+
+    def record_adaptation(self, step: str, language: str, /, *, who: str, attempt: str | None = None,
+                          status: str = "done", **details: Any) -> AdaptEventRecord:
+        """One audit event of `polyspec adapt` (registry.adaptation)."""
+        with self.session(write=True) as s:
+            return adaptation.record(s, step, language, who=who, attempt=attempt, status=status, **details)
+
+    def adaptation_events(self, language: str | None = None, *, steps: list[str] | None = None,
+                          attempt: str | None = None, limit: int = 1000) -> list[AdaptEventRecord]:
+        with self.session() as s:
+            return adaptation.events(s, language, steps=steps, attempt=attempt, limit=limit)
+
+    def last_adaptation(self, language: str, step: str, *, status: str | None = None) -> AdaptEventRecord | None:
+        with self.session() as s:
+            return adaptation.last(s, language, step, status=status)
+
+    def observe_traffic(self, counters: Mapping[str, Mapping[str, float]], *, who: str) -> None:
+        with self.session(write=True) as s:
+            adaptation.observe(s, counters, who=who)
+
+    def traffic_observation(self, at: float) -> dict[str, Any] | None:
+        """The newest stored traffic snapshot taken at or before ``at`` (Unix seconds)."""
+        with self.session() as s:
+            return adaptation.observation_before(s, at)
+
+    def update_launch(self, deployment: str, *, set_keys: Mapping[str, Any] | None = None, remove: list[str] = (),
+                      who: str = "adapt") -> DeploymentView:
+        with self.session(write=True) as s:
+            return adaptation.update_launch(s, deployment, set_keys=set_keys, remove=remove, who=who)
+
+    def set_draft_status(self, ref: DraftRef, status: str, *, who: str, why: str) -> DraftRecord:
+        with self.session(write=True) as s:
+            row = draft_row(s, ref)
+            adaptation.set_draft_status(s, row.name, row.version, status, who=who, why=why)
+            return DraftRecord.of(row)
 
 
 def _check_acceptance(acceptance: list[float], k: int, method: str) -> list[float]:

@@ -7,10 +7,12 @@ two can never disagree. Its cost is bounded: router.body and router.classify say
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from polyspec.router import canary
 from polyspec.router.body import Body, decode_body, field
 from polyspec.router.classify import Decision, classify, pop_router_fields, table_domains
 from polyspec.router.errors import BadRequest, ModelNotFound, NoBackend
@@ -70,5 +72,7 @@ def route(rt: RouterRuntime, raw: bytes, headers: dict[str, str], kind: str,
         memo = table.cache("speed_memo", {}) if memo is None else memo
         ranking = rank(pools, extra, decision.language, decision.domain, inputs, memo)
         pools = [cand.pool for cand in ranking.candidates]
+    # a canary takes its share of its language and is last for everything else (router.canary)
+    pools = canary.apply(pools, decision.language, table.cached(canary.CACHE_KEY), random.random())
     targets = plan_attempts(pools, rt.backends.is_healthy, rt.backends.in_flight, c.max_attempts, serving)
     return Routing(body, strict, pins, serving, decision, pools, targets, ranking)

@@ -15,6 +15,8 @@ from polyspec.router.backends import Backends
 from polyspec.router.capture import PromptCapture
 from polyspec.router.config import RouterConfig
 from polyspec.router.speed import Explorer, LiveSteps
+from polyspec.router.canary import CACHE_KEY as CANARIES
+from polyspec.router.canary import canaries_of
 from polyspec.router.table import RegistrySource, RoutingTable, TableSource, build_table
 from polyspec.router.telemetry import Telemetry
 
@@ -86,6 +88,7 @@ class RouterRuntime:
             # abandon_on_cancel: stop() does not wait for a hung read (its thread ends on its own).
             deployments = await anyio.to_thread.run_sync(self.source.deployments, abandon_on_cancel=True)
             table = build_table(deployments, self.default_language)
+            table.cache(CANARIES, canaries_of(deployments))  # `polyspec adapt` canaries: router.canary
         except Exception as exc:  # any registry failure: keep serving from the last table
             return self._refresh_failed(exc)
         if not table.pools and self.table.pools:

@@ -68,11 +68,15 @@ def _registry(url: str | None) -> Any:
     return opened.registry
 
 
+TIMELINE_EVENTS = 200  # newest `polyspec adapt` events on the dashboard (`polyspec adapt history` has them all)
+
+
 def read_registry(url: str | None) -> RegistryData:
     """The dashboard's registry records, read now in this thread; a failure is returned, never raised."""
     try:
         reg = _registry(url)
-        return RegistryData(drafts=reg.drafts(), evaluations=reg.evaluations(), profiles=reg.languages())
+        return RegistryData(drafts=reg.drafts(), evaluations=reg.evaluations(), profiles=reg.languages(),
+                            adaptation=reg.adaptation_events(limit=TIMELINE_EVENTS))
     except Exception as exc:  # shown on the page; telemetry stays useful without the registry
         _drop(url)  # reconnect next time (a restarted Postgres, a restored file)
         return RegistryData(error=f"{type(exc).__name__}: {exc}")

@@ -40,6 +40,7 @@ class RegistryData:
     drafts: list[Any] = field(default_factory=list)  # DraftRecord-like
     evaluations: list[Any] = field(default_factory=list)  # EvaluationRecord-like
     profiles: list[Any] = field(default_factory=list)  # LanguageProfileRecord-like
+    adaptation: list[Any] = field(default_factory=list)  # AdaptEventRecord-like, oldest first
     error: str | None = None
 
 
@@ -210,5 +211,17 @@ def build_summary(
         ],
         # "und" (prompts langid was not sure of) is a traffic bucket, not a language drafts are made for.
         "drafts": _draft_rows(registry, offline, [lang["code"] for lang in languages if lang["code"] != UNDETERMINED]),
+        "adaptation": adaptation_timeline(registry.adaptation),
         "registry_error": registry.error,
     }
+
+
+def adaptation_timeline(events: Sequence[Any]) -> list[dict[str, Any]]:
+    """`polyspec adapt`'s audit trail, newest first: when, language, step, status, attempt and the figures
+    (the same one-line summary as `polyspec adapt history`)."""
+    from polyspec.registry.adaptation import summary
+
+    rows = [{"at": e.created_at.isoformat() if e.created_at else None, "language": e.language, "step": e.step,
+             "status": e.status, "attempt": e.attempt, "summary": summary(e)[:500]}
+            for e in events if e.language != "*"]
+    return rows[::-1]

@@ -47,6 +47,7 @@ def served_router(verifier, base_draft_dir, tmp_path, monkeypatch):
     # en-general points at the router's own address: a real HTTP service that answers the health
     # probe (/health, /v1/models), so the page shows one healthy and one dead backend. No traffic is sent.
     populate_registry(url, base_draft_dir, en_url=base, fr_url=DEAD_URL)
+    record_adaptation(url)
     monkeypatch.setenv("POLYSPEC_ADMIN_TOKEN", TOKEN)
     reset_settings_cache()
     config = RouterConfig(registry_url=url, router_id="demo-router", health_interval_s=0.5,
@@ -64,6 +65,18 @@ def served_router(verifier, base_draft_dir, tmp_path, monkeypatch):
     server.should_exit = True
     thread.join(timeout=15)
     reset_settings_cache()
+
+
+def record_adaptation(url: str) -> None:
+    """Two steps of one Italian adaptation, as `polyspec adapt` writes them (the dashboard's timeline)."""
+    from polyspec.registry import open_registry
+
+    with open_registry(url) as reg:
+        reg.record_adaptation("trigger", "it", who="host:1:adapt:ab12", attempt="adapt-it-1",
+                              triggers=[{"kind": "no-draft", "why": "it: 12% of traffic, no draft"}])
+        reg.record_adaptation("swap", "it", who="host:1:adapt:ab12", attempt="adapt-it-1",
+                              before={"tokens_per_s": 10.0, "tokens_per_step": 1.2},
+                              after={"tokens_per_s": 14.5, "tokens_per_step": 1.75})
 
 
 def _bar(page, chart: str, category: str, series: str | None = None) -> float:
@@ -117,6 +130,12 @@ def test_dashboard_renders_charts_and_tables(served_router, tmp_path):
         assert "from scratch" in ru.locator('[data-key="plan"]').inner_text()
         fr_rows = page.locator('#table-drafts tr[data-language="fr"]')
         assert fr_rows.count() == 2 and fr_rows.first.get_attribute("data-from-scratch") == "false"
+
+        timeline = page.locator('#table-adaptation tr[data-language="it"]')
+        assert timeline.count() == 2
+        assert timeline.first.get_attribute("data-step") == "swap"  # newest first
+        assert "tokens/s 10.0 -> 14.5" in timeline.first.locator('[data-key="figures"]').inner_text()
+        assert "no draft" in timeline.nth(1).locator('[data-key="figures"]').inner_text()
 
         page.click("#refresh-table")
         page.wait_for_function("document.getElementById('status').textContent.includes('routing table refreshed')")

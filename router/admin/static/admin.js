@@ -124,6 +124,27 @@
       [{ label: "language" }, { label: "script" }, { label: "plan" }, { label: "draft" }, { label: "status" },
        { label: "domain" }, { label: "draft vocab", num: true }, { label: "offline MAL", num: true }, { label: "reason" }],
       rows, "no drafts or language profiles in the registry");
+    renderTimeline(s.adaptation || []);
+  }
+
+  // One row per `polyspec adapt` event, newest first, grouped by language (its steps in order of time).
+  function renderTimeline(events) {
+    var byLang = {};
+    events.forEach(function (e) { (byLang[e.language] = byLang[e.language] || []).push(e); });
+    var rows = [];
+    Object.keys(byLang).sort().forEach(function (lang) {
+      byLang[lang].forEach(function (e, i) {
+        rows.push({ attrs: ' data-language="' + esc(lang) + '" data-step="' + esc(e.step) + '"',
+          cells: [td(i ? "" : "<b>" + esc(lang) + "</b>", "", "language"),
+                  td(e.at ? esc(new Date(e.at).toLocaleString()) : "–"), td(esc(e.step), "", "step"),
+                  td('<span class="status-' + esc(e.status) + '">' + esc(e.status) + "</span>", "", "status"),
+                  td('<span class="muted">' + esc(e.attempt || "") + "</span>"),
+                  td(esc(e.summary), "", "figures")] });
+      });
+    });
+    table(document.getElementById("table-adaptation"),
+      [{ label: "language" }, { label: "when" }, { label: "step" }, { label: "status" }, { label: "attempt" },
+       { label: "figures (before → after)" }], rows, "no adaptation yet (polyspec adapt)");
   }
 
   function render(s) {

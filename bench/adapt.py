@@ -1,0 +1,276 @@
+"""Closed-loop adaptation at full size (issue: closed-loop adaptation): `polyspec up` serves the shipped English
+draft only, Italian (and some English) users talk to the router with capture on, `polyspec adapt once` trains
+an Italian draft from that traffic, gates it, canaries it and swaps it in while the users keep talking.
+
+Measured, per run (docs/results/adaptation.json, {"runs": [...]}, one run per language and device):
+
+- ``live_mal_before`` / ``live_tps_before``: Italian served by the English draft, over the minutes before the
+  adaptation (live counters of the router, in the registry);
+- ``live_mal_after`` / ``live_tps_after``: Italian served by the swapped-in draft, over a window after the swap;
+- ``requests_during_swap`` / ``failed_requests_during_swap``: client requests from the canary's start to the
+  end of the swap (every request of the run is checked: status, body, stream end);
+- ``minutes_detection_to_serving``: from the trigger event to the swap event.
+
+Training runs where `POLYSPEC_ADAPT_DEVICE` says (auto: a GPU when there is one, else the CPU); on a CPU host the
+sizes are small (--prompts, --epochs). Hours on 2 cores at the defaults; the end-to-end test is the quick form.
+
+    flock /tmp/polyspec-heavy.lock .venv/bin/python bench/adapt.py --language it
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx  # noqa: E402
+import typer  # noqa: E402
+
+from bench.common import DATA, ROOT, BenchError, free_port, machine_info, wait_http  # noqa: E402
+from polyspec.core.atomic import atomic_write_json  # noqa: E402
+
+RESULTS = ROOT / "docs" / "results" / "adaptation.json"
+
+
+class Traffic:
+    """Clients of the router: chats in the adapted language and English, some streamed, until stopped; every
+    request's outcome is kept with its time, so any window (the swap) can be counted afterwards."""
+
+    def __init__(self, base: str, target: list[str], english: list[str], language: str = "it", workers: int = 2,
+                 think_s: float = 1.0, max_tokens: int = 24) -> None:
+        self.base, self.target, self.english, self.language = base, target, english, language
+        self.think_s, self.max_tokens = think_s, max_tokens
+        self.failures: list[str] = []
+        self.log: list[tuple[float, bool]] = []  # (end time, ok) of every request
+        self.backends: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._run, args=(w,), daemon=True) for w in range(workers)]
+
+    @property
+    def requests(self) -> int:
+        return len(self.log)
+
+    def between(self, start: float, end: float) -> tuple[int, int]:
+        """(requests, failed) that ended in [start, end]."""
+        with self._lock:
+            inside = [ok for at, ok in self.log if start <= at <= end]
+        return len(inside), inside.count(False)
+
+    def __enter__(self) -> Traffic:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(400)
+
+    def _run(self, worker: int) -> None:
+        i = worker
+        with httpx.Client(timeout=300) as client:
+            while not self._stop.is_set():
+                lang, texts = ("en", self.english) if i % 4 == 3 else (self.language, self.target)
+                text = texts[(i // 4 * 3 + i % 4) % len(texts)]
+                self._one(client, lang, text, stream=i % 5 == 0)
+                i += 2
+                self._stop.wait(self.think_s)  # users pause: the host keeps some CPU for training and the gate
+
+    def _one(self, client: httpx.Client, lang: str, text: str, *, stream: bool) -> None:
+        body = {"model": "polyspec", "messages": [{"role": "user", "content": text}], "max_tokens": self.max_tokens,
+                "temperature": 0, "stream": stream}
+        try:
+            with client.stream("POST", f"{self.base}/v1/chat/completions", json=body) as resp:
+                data = resp.read().decode()
+                ok = resp.status_code == 200 and ("[DONE]" in data if stream else "choices" in data)
+                ok = ok and '"error"' not in data
+                backend = resp.headers.get("x-polyspec-backend", "?")
+            problem = None if ok else f"{lang} HTTP {resp.status_code}: {data[:300]}"
+        except httpx.HTTPError as exc:
+            problem, backend = f"{lang} {type(exc).__name__}: {exc}", "?"
+        with self._lock:
+            self.log.append((time.time(), problem is None))
+            key = f"{lang}:{backend}"
+            self.backends[key] = self.backends.get(key, 0) + 1
+            if problem:
+                self.failures.append(problem)
+
+
+def prompts(language: str, limit: int = 400) -> tuple[list[str], list[str]]:
+    """(language prompts, English prompts) from the shared data pack's `train/more` and `train` files."""
+    path = DATA / "train" / "more" / f"{language}.jsonl.gz"
+    if not path.is_file():
+        path = DATA / "train" / f"{language}.jsonl"
+    if not path.is_file():
+        raise BenchError(f"no prompts for {language} in {DATA / 'train'}")
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        target = [r["prompt"] for r in map(json.loads, fh) if r.get("domain", "general") == "general"]
+    english = [json.loads(line)["prompt"] for line in (DATA / "train" / "en.jsonl").read_text().splitlines()]
+    return [p for p in target if len(p) > 25][:limit], [p for p in english if len(p) < 400][:100]
+
+
+def start_fleet(verifier: Any, root: Path, env_extra: dict[str, str]) -> tuple[subprocess.Popen, str, str, dict]:
+    """A registry with the shipped English draft (and its evaluations) as the only, default deployment, then
+    `polyspec up` with capture on and the speed policy; returns (process, router base URL, registry URL, the
+    environment, for `polyspec adapt` to run with)."""
+    from polyspec.models.shipped import shipped_for_language
+    from polyspec.registry import open_registry
+
+    url = f"sqlite:///{root / 'registry.db'}"
+    shipped = shipped_for_language(verifier.name, "en")
+    with open_registry(url) as reg:
+        reg.add_verifier(verifier)
+        rec = reg.import_draft(shipped.path, verifier=verifier.name, name="en-base", languages=["en"], status="active")
+        for row in shipped.evaluations:  # Italian among them: the speed policy tells Italian apart
+            reg.add_evaluation(rec.ref, **row)
+        reg.deploy(rec.ref, name="en-engine", default=True, launch={
+            "port": free_port(), "cpu_bind": "nobind", "threads": 1, "kv_cache_gib": 1, "max_model_len": 1024})
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "POLYSPEC_REGISTRY_URL": url, "POLYSPEC_HOME": str(root / "home"), "POLYSPEC_ADMIN_TOKEN": "",
+           "POLYSPEC_ROUTER_CAPTURE": "1", "POLYSPEC_ROUTER_CAPTURE_DIR": str(root / "capture"),
+           "POLYSPEC_ROUTER_FLUSH_INTERVAL_S": "1", "POLYSPEC_ROUTER_REFRESH_INTERVAL_S": "5",
+           "POLYSPEC_ROUTER_READ_TIMEOUT_S": "300", "POLYSPEC_ROUTER_POLICY": "speed",
+           "POLYSPEC_ADAPT_ROUTER_URLS": json.dumps([base]), **env_extra}
+    proc = subprocess.Popen([sys.executable, "-m", "polyspec.cli", "up", "--port", str(port)], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=open(root / "up.log", "wb"))
+    try:
+        wait_http(f"{base}/ready", 900, proc)
+    except BaseException:
+        stop_fleet(proc, url)
+        raise
+    return proc, base, url, env
+
+
+def stop_fleet(proc: subprocess.Popen, registry_url: str) -> None:
+    from polyspec.adapt_engines import ENGINE_KEY, stop_pid
+    from polyspec.registry import open_registry
+
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(180)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    with open_registry(registry_url) as reg:
+        for dep in reg.deployments(include_stopped=True):
+            engine = (dep.launch or {}).get(ENGINE_KEY) or {}
+            stop_pid(engine.get("pid"), engine.get("port"))
+
+
+def live_of(reg: Any, language: str) -> dict[str, dict[str, Any]]:
+    """Cumulative live counters of ``language`` per draft (polyspec.adapt_canary.per_draft)."""
+    from polyspec.adapt_canary import per_draft
+
+    return per_draft(reg.live_stats(), language, "general")
+
+
+def figures(then: dict[str, Any] | None, now: dict[str, Any] | None) -> dict[str, Any]:
+    """MAL and tokens/s of the traffic between two cumulative snapshots of one draft."""
+    from polyspec.adapt_canary import _minus
+
+    if not now:
+        return {"requests": 0, "mal": None, "tps": None}
+    d = _minus(now, then)
+    mal = 1 + sum(d["p"]) / d["n"] if d["n"] > 0 else (1.0 if d["r"] else None)
+    return {"requests": d["r"], "mal": round(mal, 4) if mal else None,
+            "tps": round(d["t"] / d["s"], 3) if d["s"] > 0 else None}
+
+
+def run(language: str, out: Path, prompts_n: int, epochs: int, window_s: float, answer_tokens: int) -> dict[str, Any]:
+    from polyspec.models.verifiers import prepare_verifier
+    from polyspec.registry import open_registry
+
+    verifier = prepare_verifier()
+    knobs = {"MIN_REQUESTS": "8", "MIN_TRAIN_PROMPTS": str(prompts_n), "MIN_HELDOUT": "16", "HELDOUT_FRACTION": "0.15",
+             "REPLAY_RATIO": "1.0", "ANSWERS": "engine", "ANSWER_TOKENS": str(answer_tokens), "EPOCHS": str(epochs),
+             "GATE_QUESTIONS": "16", "GATE_TOKENS": "64", "GATE_MARGIN": "0.05", "CANARY_SHARE": "0.5",
+             "CANARY_MIN_REQUESTS": "10", "CANARY_POLL_S": "5", "CANARY_TIMEOUT_S": "900", "ENGINE_THREADS": "1",
+             "COOLDOWN_S": "0", "DRAIN_TIMEOUT_S": "120", "ENGINE_READY_TIMEOUT_S": "900", "LANGUAGES": json.dumps([language])}
+    env = {f"POLYSPEC_ADAPT_{k}": v for k, v in knobs.items()}
+    target, english = prompts(language)
+    with tempfile.TemporaryDirectory(prefix="polyspec-bench-adapt-") as tmp:
+        root = Path(tmp)
+        proc, base, url, env = start_fleet(verifier, root, env)
+        reg = open_registry(url)
+        try:
+            with Traffic(base, target, english, language) as traffic:
+                capture = root / "capture" / f"{language}.jsonl"
+                deadline = time.monotonic() + 3 * 3600
+                while not capture.is_file() or len(capture.read_text().splitlines()) < prompts_n + 16:
+                    if time.monotonic() > deadline:
+                        raise BenchError(f"too few captured {language} prompts after 3 h")
+                    time.sleep(5)
+                before_start = live_of(reg, language).get("en-base@1")
+                time.sleep(window_s)
+                before = figures(before_start, live_of(reg, language).get("en-base@1"))
+                result = subprocess.run([sys.executable, "-m", "polyspec.cli", "adapt", "once", "--json"], cwd=ROOT,
+                                        env=env, capture_output=True, text=True)
+                cycle = json.loads(result.stdout) if result.stdout.strip().startswith("{") else {}
+                if cycle.get("status") != "swapped":
+                    raise BenchError(f"adapt once ended {cycle.get('status')}: {result.stdout[-2000:]}"
+                                     f"{result.stderr[-2000:]}")
+                swap = reg.last_adaptation(language, "swap")
+                candidate = swap.details["candidate"]
+                after_start = live_of(reg, language).get(candidate)
+                time.sleep(window_s)
+                after = figures(after_start, live_of(reg, language).get(candidate))
+            events = {(e.step, e.status): e for e in reg.adaptation_events(language)}
+            trigger, canary = events[("trigger", "done")], events[("canary", "starting")]
+            during = traffic.between(canary.created_at.timestamp(), swap.created_at.timestamp() + 1)
+            training = events[("training", "done")].details
+            row = {"language": language, "trained_on": _device(),
+                   "train_prompts": training["dataset"]["train"], "heldout_prompts": training["dataset"]["heldout"],
+                   "live_mal_before": before["mal"], "live_mal_after": after["mal"],
+                   "live_tps_before": before["tps"], "live_tps_after": after["tps"],
+                   "requests_before": before["requests"], "requests_after": after["requests"],
+                   "requests_during_swap": during[0], "failed_requests_during_swap": during[1],
+                   "failed_requests_total": len(traffic.failures), "requests_total": traffic.requests,
+                   "minutes_detection_to_serving": round((swap.created_at - trigger.created_at).total_seconds() / 60, 2),
+                   "candidate": candidate, "window_s": window_s, "machine": machine_info()}
+        finally:
+            reg.close()
+            stop_fleet(proc, url)
+    _store(out, row)
+    return row
+
+
+def _device() -> str:
+    """Where `POLYSPEC_ADAPT_DEVICE=auto` trains: a GPU when torch sees one."""
+    import torch
+
+    wanted = os.environ.get("POLYSPEC_ADAPT_DEVICE", "auto")
+    return wanted if wanted != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _store(out: Path, row: dict[str, Any]) -> None:
+    """Replace the run of the same language and device, keep the others."""
+    runs = json.loads(out.read_text()).get("runs", []) if out.is_file() else []
+    runs = [r for r in runs if (r.get("language"), r.get("trained_on")) != (row["language"], row["trained_on"])]
+    atomic_write_json(out, {"runs": runs + [row]})
+
+
+def main(language: str = typer.Option("it", help="A language with no shipped draft."),
+         prompts_n: int = typer.Option(120, "--prompts", help="Captured prompts a training waits for."),
+         epochs: int = typer.Option(6, help="Training epochs."),
+         window_s: float = typer.Option(180.0, "--window", help="Seconds of traffic measured before and after."),
+         answer_tokens: int = typer.Option(96, help="Verifier answer length for training."),
+         out: Path = typer.Option(RESULTS, help="Results JSON.")) -> None:
+    """Run one closed-loop adaptation under traffic and record it in docs/results/adaptation.json."""
+    row = run(language, out, prompts_n, epochs, window_s, answer_tokens)
+    typer.echo(json.dumps(row, indent=2))
+
+
+if __name__ == "__main__":
+    typer.run(main)

@@ -51,6 +51,25 @@ def cut_answer(token_ids: Sequence[int], eos: set[int]) -> tuple[list[int], bool
     return out, False
 
 
+def answer_tokens(row: dict[str, Any], eos: set[int] | None = None) -> list[int]:
+    """The answer's token ids of an answers.jsonl row, without its end-of-turn token."""
+    ids = row["input_ids"][row["num_prompt_tokens"]:]
+    if ids and (ids[-1] in eos if eos is not None else row.get("finished")):
+        ids = ids[:-1]
+    return ids
+
+
+def split_degenerate(rows: Iterable[dict[str, Any]], measure: str = "ngram") -> tuple[list[dict], list[dict]]:
+    """(kept, dropped): answers that are repetition loops (models.degenerate) go to ``dropped``."""
+    from polyspec.models.degenerate import is_degenerate
+
+    kept: list[dict] = []
+    dropped: list[dict] = []
+    for row in rows:
+        (dropped if is_degenerate(answer_tokens(row), measure) else kept).append(row)
+    return kept, dropped
+
+
 def make_row(rec: dict[str, Any], prompt_ids: list[int], answer_ids: list[int], finished: bool, text: str) -> dict:
     return {
         "id": rec["id"],

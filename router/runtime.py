@@ -218,9 +218,12 @@ class RouterRuntime:
         return sorted(set(self.config.model_aliases) | self.backends.model_ids())
 
     def languages_of(self, table: RoutingTable) -> set[str]:
-        """The languages requests are classified and counted under: the served ones and the default, and under
-        the speed policy also those some draft has a figure for (RoutingTable.known_languages)."""
-        return table.known_languages if self.config.policy == "speed" else table.languages
+        """The languages requests are classified and counted under: the served ones, the default, and those
+        some draft has a figure for (RoutingTable.known_languages). Italian with no Italian pool is counted
+        as Italian (and routed as a language without a pool: the default pool under the MAL policy), not
+        folded into the nearest served language, so its traffic shows up for `polyspec adapt` and the
+        dashboard under either policy."""
+        return table.known_languages
 
     def langid_labels(self, table: RoutingTable) -> LabelSet:
         """The languages langid may choose from for ``table`` (``languages_of``, the default included)."""

@@ -188,7 +188,8 @@ def figures(then: dict[str, Any] | None, now: dict[str, Any] | None) -> dict[str
             "tps": round(d["t"] / d["s"], 3) if d["s"] > 0 else None}
 
 
-def run(language: str, out: Path, prompts_n: int, epochs: int, window_s: float, answer_tokens: int) -> dict[str, Any]:
+def run(language: str, out: Path, prompts_n: int, epochs: int, window_s: float, answer_tokens: int,
+        think_s: float = 2.0) -> dict[str, Any]:
     from polyspec.models.verifiers import prepare_verifier
     from polyspec.registry import open_registry
 
@@ -205,7 +206,7 @@ def run(language: str, out: Path, prompts_n: int, epochs: int, window_s: float, 
         proc, base, url, env = start_fleet(verifier, root, env)
         reg = open_registry(url)
         try:
-            with Traffic(base, target, english, language) as traffic:
+            with Traffic(base, target, english, language, think_s=think_s) as traffic:
                 capture = root / "capture" / f"{language}.jsonl"
                 deadline = time.monotonic() + 3 * 3600
                 while not capture.is_file() or len(capture.read_text().splitlines()) < prompts_n + 16:
@@ -238,7 +239,8 @@ def run(language: str, out: Path, prompts_n: int, epochs: int, window_s: float, 
                    "requests_during_swap": during[0], "failed_requests_during_swap": during[1],
                    "failed_requests_total": len(traffic.failures), "requests_total": traffic.requests,
                    "minutes_detection_to_serving": round((swap.created_at - trigger.created_at).total_seconds() / 60, 2),
-                   "candidate": candidate, "window_s": window_s, "machine": machine_info()}
+                   "candidate": candidate, "window_s": window_s, "think_s": think_s, "epochs": epochs,
+                   "answer_tokens": answer_tokens, "machine": machine_info()}
         finally:
             reg.close()
             stop_fleet(proc, url)
@@ -266,9 +268,11 @@ def main(language: str = typer.Option("it", help="A language with no shipped dra
          epochs: int = typer.Option(6, help="Training epochs."),
          window_s: float = typer.Option(180.0, "--window", help="Seconds of traffic measured before and after."),
          answer_tokens: int = typer.Option(96, help="Verifier answer length for training."),
+         think_s: float = typer.Option(2.0, "--think", help="Each simulated user's pause between requests (s): "
+                                       "on a small CPU host, traffic and training share the cores."),
          out: Path = typer.Option(RESULTS, help="Results JSON.")) -> None:
     """Run one closed-loop adaptation under traffic and record it in docs/results/adaptation.json."""
-    row = run(language, out, prompts_n, epochs, window_s, answer_tokens)
+    row = run(language, out, prompts_n, epochs, window_s, answer_tokens, think_s)
     typer.echo(json.dumps(row, indent=2))
 
 

@@ -145,10 +145,15 @@ def monitor(ctx: Ctx, watch: Watch, url: str, pid: int | None) -> tuple[Verdict,
     while True:
         ctx.check()
         time.sleep(s.canary_poll_s)
-        misses = 0 if _healthy(url, pid) else misses + 1
         cand, old = watch.poll()
+        # Health after the figures: requests cut short by a dying engine must not be judged as the draft's
+        # acceptance (a killed engine's last requests report no accepted tokens).
+        misses = 0 if _healthy(url, pid) else misses + 1
         if misses >= 2:
             return Verdict("rollback", [f"the canary engine at {url} stopped answering /health"], []), cand, old
+        if misses:
+            ctx.say(f"canary: the engine at {url} did not answer /health; figures not judged this poll")
+            continue
         result = verdict(cand, old, alpha=s.canary_alpha, min_requests=s.canary_min_requests,
                          final=time.monotonic() > deadline)
         ctx.say(f"canary: candidate {cand.requests} requests, old {old.requests}: {result.decision}")

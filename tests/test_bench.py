@@ -161,3 +161,32 @@ def test_e2e_identical_outputs_counts_prompts_where_all_systems_agree() -> None:
     rows = [_e2e_row(s, "a", 1, 1.0, text="x") for s in SYSTEMS]
     rows += [_e2e_row("fr_draft", "b", 1, 1.0, text="x"), _e2e_row("no_spec", "b", 1, 1.0, text="y")]
     assert identical_outputs(rows, "fr") == {"prompts": 2, "identical": 1}
+
+
+def test_adapt_bench_figures_windows_and_results_file(tmp_path) -> None:
+    """bench/adapt.py: MAL and tokens/s of the traffic between two cumulative snapshots, requests counted in
+    a time window, one stored run per (language, device), and the table docs/adaptation.md prints."""
+    from bench.adapt import Traffic, _store, figures
+    from bench.report import adaptation_md
+
+    then = {"r": 10, "t": 300, "s": 15.0, "n": 200, "p": [80, 20, 0]}
+    now = {"r": 30, "t": 1000, "s": 45.0, "n": 600, "p": [380, 170, 50]}
+    assert figures(then, now) == {"requests": 20, "mal": 2.25, "tps": 23.333}  # 1 + 500 / 400
+    assert figures(None, None) == {"requests": 0, "mal": None, "tps": None}
+    assert figures(None, {"r": 4, "t": 40, "s": 2.0, "n": 0, "p": []})["mal"] == 1.0  # no speculation
+
+    traffic = Traffic("http://127.0.0.1:9", ["ciao"], ["hello"])
+    traffic.log = [(100.0, True), (101.0, False), (105.0, True), (200.0, True)]
+    assert traffic.between(100.0, 105.0) == (3, 1) and traffic.requests == 4
+
+    out = tmp_path / "adaptation.json"
+    row = {"language": "it", "trained_on": "cpu", "train_prompts": 60, "heldout_prompts": 16, "live_mal_before": 1.25,
+           "live_mal_after": 1.7, "live_tps_before": 17.2, "live_tps_after": 24.6, "requests_during_swap": 31,
+           "failed_requests_during_swap": 0, "minutes_detection_to_serving": 12.5}
+    _store(out, row)
+    _store(out, {**row, "live_mal_after": 1.8})  # the same language and device: replaced
+    _store(out, {**row, "trained_on": "cuda"})
+    runs = json.loads(out.read_text())["runs"]
+    assert [(r["trained_on"], r["live_mal_after"]) for r in runs] == [("cpu", 1.8), ("cuda", 1.7)]
+    table = adaptation_md({"runs": runs})
+    assert "| it | cpu | 60 / 16 | 1.25 → 1.80 | 17.2 → 24.6 | 31 | 0 | 12.5 |" in table

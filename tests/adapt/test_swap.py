@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -102,7 +103,10 @@ def test_stop_pid_only_signals_the_engine_it_was_told_about() -> None:
     try:
         assert "left alone" in stop_pid(other.pid, 4321) and other.poll() is None
         assert "left alone" in stop_pid(wrong_port.pid, 4321) and wrong_port.poll() is None
-        assert stop_pid(wrong_port.pid, 1111) == "stopped" and wrong_port.wait(5) is not None
+        stopped = stop_pid(wrong_port.pid, 1111)
+        assert stopped == "stopped", (stopped, Path(f"/proc/{wrong_port.pid}/cmdline").read_bytes()
+                                      if Path(f"/proc/{wrong_port.pid}").exists() else "gone")
+        assert wrong_port.wait(5) is not None
         assert stop_pid(None) == "already stopped" and stop_pid(wrong_port.pid, 1111) == "already stopped"
     finally:
         other.kill()

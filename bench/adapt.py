@@ -220,8 +220,11 @@ def run(language: str, out: Path, prompts_n: int, epochs: int, window_s: float, 
                                         env=env, capture_output=True, text=True)
                 cycle = json.loads(result.stdout) if result.stdout.strip().startswith("{") else {}
                 if cycle.get("status") != "swapped":
-                    raise BenchError(f"adapt once ended {cycle.get('status')}: {result.stdout[-2000:]}"
-                                     f"{result.stderr[-2000:]}")
+                    from polyspec.registry.adaptation import summary
+
+                    steps = [f"{e.step} {e.status}: {summary(e)}" for e in reg.adaptation_events(language)]
+                    raise BenchError(f"adapt once ended {cycle.get('status')}; the audit trail:\n" + "\n".join(steps)
+                                     + f"\n{result.stderr[-2000:]}")
                 swap = reg.last_adaptation(language, "swap")
                 candidate = swap.details["candidate"]
                 after_start = live_of(reg, language).get(candidate)

@@ -22,8 +22,8 @@ from polyspec.adapt_engines import (
 )
 from polyspec.adapt_settings import AdaptSettings
 from polyspec.adapt_stats import Arm, Verdict, verdict
+from polyspec.router.canary import CANARY_KEY  # in Deployment.launch: {"language", "share", "attempt"}
 
-CANARY_KEY = "canary"  # in Deployment.launch: {"language", "share", "attempt"}; read by router.canary
 # launch keys a redeployed engine keeps (the rest described an engine that no longer runs)
 ENGINE_KNOBS = ("k", "max_model_len", "kv_cache_gib", "dtype", "cpu_bind", "threads", "served_model_name",
                 "extra_args", "env")

@@ -19,15 +19,11 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from polyspec.router.table import Pool
+from polyspec.router.table import Pool, field_of
 
 CANARY_KEY = "canary"
 CACHE_KEY = "canaries"
 Canaries = Mapping[str, tuple[str, float]]  # replica URL -> (language, share)
-
-
-def _attr(obj: Any, name: str) -> Any:
-    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
 
 
 def canaries_of(deployments: Iterable[Any]) -> dict[str, tuple[str, float]]:
@@ -35,7 +31,7 @@ def canaries_of(deployments: Iterable[Any]) -> dict[str, tuple[str, float]]:
     a share outside [0, 1] or not a number) is ignored: the deployment is then routed as any other."""
     out: dict[str, tuple[str, float]] = {}
     for dep in deployments:
-        url, launch = _attr(dep, "url"), _attr(dep, "launch") or {}
+        url, launch = field_of(dep, "url"), field_of(dep, "launch") or {}
         mark = launch.get(CANARY_KEY) if isinstance(launch, dict) else None
         if not url or not isinstance(mark, dict):
             continue

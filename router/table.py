@@ -166,21 +166,22 @@ class TableSource(Protocol):
     def record_live_stats(self, router_id: str, rows: Sequence[LiveRow]) -> None: ...
 
 
-def _attr(obj: Any, name: str, default: Any = None) -> Any:
+def field_of(obj: Any, name: str, default: Any = None) -> Any:
+    """A field of a deployment or live-stat row given as a record or as a dict (a fleet YAML, a test)."""
     if isinstance(obj, dict):
         return obj.get(name, default)
     return getattr(obj, name, default)
 
 
 def _draft_name(obj: Any) -> str:
-    draft = _attr(obj, "draft")
+    draft = field_of(obj, "draft")
     if draft is None:
         return NO_DRAFT
     if isinstance(draft, str):
         return draft
     # A nested draft view: prefer "name:version" when a version is there.
-    name = _attr(draft, "name", str(draft))
-    version = _attr(draft, "version")
+    name = field_of(draft, "name", str(draft))
+    version = field_of(draft, "version")
     return f"{name}:{version}" if version is not None else str(name)
 
 
@@ -189,25 +190,25 @@ def build_table(deployments: Iterable[Any], default_language: str) -> RoutingTab
     pools: dict[tuple[str, tuple[str, ...], str], Pool] = {}
     calibrated: dict[tuple[str, tuple[str, ...], str], dict[int, list[float]]] = {}
     for dep in deployments:
-        url = _attr(dep, "url")
+        url = field_of(dep, "url")
         if not url:
             continue
-        languages = tuple(sorted(_attr(dep, "languages") or ()))
-        domain = _attr(dep, "domain") or "general"
+        languages = tuple(sorted(field_of(dep, "languages") or ()))
+        domain = field_of(dep, "domain") or "general"
         draft = _draft_name(dep)
         key = (draft, languages, domain)
         pool = pools.get(key)
         if pool is None:
-            offline = _attr(dep, "offline_mal") or {}
-            pool = Pool(draft, languages, domain, bool(_attr(dep, "is_default")), {k: float(v) for k, v in offline.items() if v is not None})
-            pool.k = int(_attr(dep, "k") or 0) if draft != NO_DRAFT else 0
+            offline = field_of(dep, "offline_mal") or {}
+            pool = Pool(draft, languages, domain, bool(field_of(dep, "is_default")), {k: float(v) for k, v in offline.items() if v is not None})
+            pool.k = int(field_of(dep, "k") or 0) if draft != NO_DRAFT else 0
             pool.offline_acceptance = {lang: tuple(float(a) for a in rates)
-                                       for lang, rates in (_attr(dep, "offline_acceptance") or {}).items()}
-            pool.offline_samples = {lang: int(n) for lang, n in (_attr(dep, "offline_samples") or {}).items()}
+                                       for lang, rates in (field_of(dep, "offline_acceptance") or {}).items()}
+            pool.offline_samples = {lang: int(n) for lang, n in (field_of(dep, "offline_samples") or {}).items()}
             pools[key] = pool
-        pool.is_default = pool.is_default or bool(_attr(dep, "is_default"))
-        pool.replicas.append(Replica(name=str(_attr(dep, "name")), url=str(url).rstrip("/")))
-        for batch, seconds in (_attr(dep, "step_s") or {}).items():
+        pool.is_default = pool.is_default or bool(field_of(dep, "is_default"))
+        pool.replicas.append(Replica(name=str(field_of(dep, "name")), url=str(url).rstrip("/")))
+        for batch, seconds in (field_of(dep, "step_s") or {}).items():
             calibrated.setdefault(key, {}).setdefault(int(batch), []).append(float(seconds))
     for key, points in calibrated.items():
         pools[key].step_s = {batch: sum(values) / len(values) for batch, values in sorted(points.items())}
@@ -343,17 +344,17 @@ def live_row_dict(row: LiveRow) -> dict[str, Any]:
 
 def to_live_row(row: Any) -> LiveRow:
     counts = SpecCounts(
-        requests=int(_attr(row, "requests", 0) or 0),
-        completion_tokens=int(_attr(row, "completion_tokens", 0) or 0),
-        num_spec_steps=int(_attr(row, "num_spec_steps", 0) or 0),
-        num_draft_tokens=int(_attr(row, "num_draft_tokens", 0) or 0),
-        num_accepted_tokens=int(_attr(row, "num_accepted_tokens", 0) or 0),
-        accepted_per_pos=tuple(int(x) for x in (_attr(row, "accepted_per_pos") or ())),
-        generation_s=float(_attr(row, "generation_s", 0.0) or 0.0),
+        requests=int(field_of(row, "requests", 0) or 0),
+        completion_tokens=int(field_of(row, "completion_tokens", 0) or 0),
+        num_spec_steps=int(field_of(row, "num_spec_steps", 0) or 0),
+        num_draft_tokens=int(field_of(row, "num_draft_tokens", 0) or 0),
+        num_accepted_tokens=int(field_of(row, "num_accepted_tokens", 0) or 0),
+        accepted_per_pos=tuple(int(x) for x in (field_of(row, "accepted_per_pos") or ())),
+        generation_s=float(field_of(row, "generation_s", 0.0) or 0.0),
     )
     return LiveRow(
-        language=_attr(row, "language"),
-        domain=_attr(row, "domain") or "general",
-        draft=_attr(row, "draft_name") or _attr(row, "draft") or NO_DRAFT,
+        language=field_of(row, "language"),
+        domain=field_of(row, "domain") or "general",
+        draft=field_of(row, "draft_name") or field_of(row, "draft") or NO_DRAFT,
         counts=counts,
     )

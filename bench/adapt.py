@@ -123,7 +123,7 @@ def prompts(language: str, limit: int = 400) -> tuple[list[str], list[str]]:
 
 def start_fleet(verifier: Any, root: Path, env_extra: dict[str, str]) -> tuple[subprocess.Popen, str, str, dict]:
     """A registry with the shipped English draft (and its evaluations) as the only, default deployment, then
-    `polyspec up` with capture on and the speed policy; returns (process, router base URL, registry URL, the
+    `polyspec up` with capture on and the default (MAL) policy; returns (process, router base URL, registry URL, the
     environment, for `polyspec adapt` to run with)."""
     from polyspec.models.shipped import shipped_for_language
     from polyspec.registry import open_registry
@@ -133,7 +133,7 @@ def start_fleet(verifier: Any, root: Path, env_extra: dict[str, str]) -> tuple[s
     with open_registry(url) as reg:
         reg.add_verifier(verifier)
         rec = reg.import_draft(shipped.path, verifier=verifier.name, name="en-base", languages=["en"], status="active")
-        for row in shipped.evaluations:  # Italian among them: the speed policy tells Italian apart
+        for row in shipped.evaluations:  # Italian among them: the router then labels Italian as itself
             reg.add_evaluation(rec.ref, **row)
         reg.deploy(rec.ref, name="en-engine", default=True, launch={
             "port": free_port(), "cpu_bind": "nobind", "threads": 1, "kv_cache_gib": 1, "max_model_len": 1024})
@@ -142,7 +142,7 @@ def start_fleet(verifier: Any, root: Path, env_extra: dict[str, str]) -> tuple[s
     env = {**os.environ, "POLYSPEC_REGISTRY_URL": url, "POLYSPEC_HOME": str(root / "home"), "POLYSPEC_ADMIN_TOKEN": "",
            "POLYSPEC_ROUTER_CAPTURE": "1", "POLYSPEC_ROUTER_CAPTURE_DIR": str(root / "capture"),
            "POLYSPEC_ROUTER_FLUSH_INTERVAL_S": "1", "POLYSPEC_ROUTER_REFRESH_INTERVAL_S": "5",
-           "POLYSPEC_ROUTER_READ_TIMEOUT_S": "300", "POLYSPEC_ROUTER_POLICY": "speed",
+           "POLYSPEC_ROUTER_READ_TIMEOUT_S": "300",
            "POLYSPEC_ADAPT_ROUTER_URLS": json.dumps([base]), **env_extra}
     proc = subprocess.Popen([sys.executable, "-m", "polyspec.cli", "up", "--port", str(port)], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=open(root / "up.log", "wb"))

@@ -124,7 +124,7 @@ def test_adapt_trains_gates_canaries_and_swaps_under_traffic(fleet: dict) -> Non
         time.sleep(30)  # the swapped-in engine serves for a while under traffic
         after = {k: v - at_swap.get(k, 0) for k, v in traffic.backends.items() if k.startswith("it:")}
         print(f"Italian requests per engine in the 30 s after the swap: {after}")
-        # The speed policy predicts the candidate from its held-out live figure (offline prior), then live.
+        # The default (MAL) policy: the language's own pool, now the candidate's, comes first.
         assert after.get(f"it:{swap.details['deployment']}", 0) > after.get("it:en-engine", 0), after
 
         back = _adapt(fleet, "rollback", "it", "--json")

@@ -24,7 +24,7 @@ from typing import Any
 
 from polyspec.core.atomic import atomic_write_json
 
-LANGS = ("en", "it", "ko", "zh", "ja", "fr", "de", "es")
+LANGS = ("en", "it", "ko", "zh", "ja", "fr", "de", "es", "ru")  # ru: answers for the multilingual draft
 MIN_CONFIDENCE = 0.3  # training.config.PromptsConfig's default
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "config.json", "generation_config.json")
 

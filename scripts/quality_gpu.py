@@ -1,19 +1,17 @@
-"""Issue 16 on the H200: a stronger English base, then per-language drafts, every one measured on the nine
-MT-Bench languages over all answers and over non-degenerate answers only.
+"""Issue 16 on the H200: a stronger English base, then per-language drafts and one multilingual draft, every one
+measured on the nine MT-Bench languages over all answers and over non-degenerate answers only.
 
     python scripts/quality_gpu.py --verifier /tmp/v --pools /tmp/qdata/pools --out /tmp/q --deadline EPOCH
 
 One process, one time budget (``--deadline``, wall clock): phases run in priority order and each gets a share
 of what is left (PHASES); a phase that no longer fits is skipped and said so in run.json.
 
-- en: the verifier answers English pool prompts twice over: greedy (the serving decoding) and sampled with a
-  repetition penalty (training.decoding.SAMPLED, 2 per prompt). Degenerate answers (models.degenerate) are
-  dropped from the new-recipe data and counted. Three drafts learn from the same batches (the vocabulary
-  sweep, 4k/8k/12k: 16k and more would break the 25 MB limit), one more shows the decoding's effect (the
-  serving decoding's greedy answers as they come, 8k; a sampled-only variant cost a fifth of the training
-  steps and was dropped). The best of them on MT-Bench en becomes the base.
-- it, fr, de, es: fine-tunes of the base with English replay; ko, zh, ja: from scratch, own vocabulary.
-  it and ko also train a greedy-only variant (same steps) for the decoding comparison.
+- en: the verifier answers English pool prompts with its serving decoding (greedy); degenerate answers are
+  counted (models.degenerate). One 8k-vocabulary draft learns from them, with a learning curve: the base.
+  (Session 7's run compared this with sampled, filtered answers and swept the vocabulary; PHASES says why
+  those variants are gone. ``samples`` > 0 brings the sampled variant back for a language.)
+- it, fr, de, es: fine-tunes of the base with English replay; ko, zh, ja: from scratch, own vocabulary;
+  ru: answers only (its shipped draft stays); multi: one draft on every language's answers, merged vocabulary.
 
 Outputs under --out: eval.json (every record), run.json (data, provenance, dropped answers, training
 summaries), curves.json (the English learning curve), mtbench_answers.json, metrics/*.jsonl, drafts/,
@@ -27,6 +25,7 @@ import os
 import random
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,32 +35,39 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # quality_lib; polyspe
 import quality_lib as q  # noqa: E402
 
 SIZE_LIMIT = 25_000_000  # bytes of model.safetensors (issue 16)
-SWEEP = (4096, 8192, 12288)
 COVERAGE_SIZES = (2048, 4096, 8192, 12288, 16384, 32768)
 
 
 @dataclass(frozen=True)
 class Phase:
     lang: str
-    mode: str  # "sweep" (English base), "finetune" (from the base) or "scratch" (own vocabulary)
+    mode: str  # "base" (English), "finetune" (from the base), "scratch" (own vocabulary), "collect" (answers
+    #            only, for the multilingual draft) or "multi" (one draft on every language's answers)
     gen: float  # shares of the time left after the evaluator is ready
     train: float
-    samples: int = 2
+    samples: int = 0  # sampled answers per prompt beside the greedy one; 0: greedy (the serving decoding) only
     replay: float = 0.0  # English replay rows per target row
-    greedy_variant: bool = False
     lr: float = 3e-4
 
 
+# Session 7 compared the recipes at equal steps (docs/results.md section 11): greedy answers, the serving
+# decoding, beat sampled-and-filtered answers on en (2.06 vs 1.76), it (2.16 vs 1.95) and ko (1.65 vs 1.37),
+# over all and over non-degenerate answers, and the 4k/8k/12k vocabulary sweep was within noise. This run
+# spends the time on one recipe: greedy answers, 8k vocabularies, one job per language, more English epochs.
 PHASES = (
-    Phase("en", "sweep", 0.17, 0.22, lr=5e-4),
-    Phase("it", "finetune", 0.045, 0.05, samples=3, replay=1.0, greedy_variant=True),
-    Phase("ko", "scratch", 0.045, 0.05, samples=3, replay=0.5, greedy_variant=True, lr=5e-4),
-    Phase("zh", "scratch", 0.035, 0.04, samples=3, replay=0.5, lr=5e-4),
-    Phase("ja", "scratch", 0.035, 0.04, samples=2, replay=0.5, lr=5e-4),
-    Phase("fr", "finetune", 0.025, 0.03, replay=1.0),
-    Phase("de", "finetune", 0.025, 0.03, replay=1.0),
-    Phase("es", "finetune", 0.025, 0.03, replay=1.0),
+    Phase("en", "base", 0.15, 0.30, lr=5e-4),
+    Phase("it", "finetune", 0.025, 0.04, replay=1.0),
+    Phase("fr", "finetune", 0.025, 0.035, replay=1.0),
+    Phase("de", "finetune", 0.025, 0.035, replay=1.0),
+    Phase("es", "finetune", 0.025, 0.035, replay=1.0),
+    Phase("ko", "scratch", 0.03, 0.045, replay=0.5, lr=5e-4),
+    Phase("zh", "scratch", 0.03, 0.045, replay=0.5, lr=5e-4),
+    Phase("ja", "scratch", 0.03, 0.045, replay=0.5, lr=5e-4),
+    Phase("ru", "collect", 0.02, 0.0),
+    Phase("multi", "multi", 0.0, 0.08, lr=5e-4),
 )
+MULTI_VOCAB = 12288  # the largest sweep size under the 25 MB limit (24.5 MB)
+MULTI_ROWS_PER_LANG = 1500  # equal weight per language: English answers outnumber the rest 5 to 1
 
 
 class Run:
@@ -90,6 +96,7 @@ class Run:
         self.curves: list[dict] = []
         self.base_dir: Path | None = None
         self.en_rows: list[dict] = []
+        self.lang_rows: dict[str, list[dict]] = {}  # greedy answers per language, for the multilingual draft
         self.shipped_done = False
         # lm_head stays home (rebuilt on arrival from the verifier) only if both sides hold the same verifier
         embed = self.model.get_input_embeddings().weight.detach().to("cpu")
@@ -164,9 +171,10 @@ class Run:
         from polyspec.training.decoding import GREEDY, SAMPLED, Decoding
 
         pool = q.read_pool(Path(self.args.pools) / f"{phase.lang}.jsonl.gz", 24 if self.smoke else None)
-        sampled = Decoding(**{**SAMPLED.to_json(), "samples": phase.samples})
-        rows, stats = q.answer_pool(self.model, self.tok, pool, [GREEDY, sampled], seconds, self.max_new,
+        decodings = [GREEDY] + ([Decoding(**{**SAMPLED.to_json(), "samples": phase.samples})] if phase.samples else [])
+        rows, stats = q.answer_pool(self.model, self.tok, pool, decodings, seconds, self.max_new,
                                     max_prompt_tokens=512, chunk_rows=self.args.chunk_rows)
+        self.lang_rows[phase.lang] = [r for r in rows if r["decoding"] == "greedy"]
         stats["examples"] = q.examples(self.tok, rows)
         q.log(f"{phase.lang}: {stats['prompts_taken']} prompts, " + ", ".join(
             f"{k} {v['answers']} answers ({v['degenerate_dropped']} degenerate, {v['tokens_per_s']} tok/s)"
@@ -240,35 +248,26 @@ def data_summary(rows: list[dict]) -> dict[str, Any]:
 
 
 def phase_en(run: Run, phase: Phase, gen_s: float, train_s: float) -> None:
+    """The English base: one draft on the verifier's greedy answers, 8k vocabulary, with a learning curve."""
     from polyspec.training.stream_fit import Job
 
     rows, stats = run.answers(phase, gen_s)
     kept = [r for r in rows if not r["degenerate"]]
-    groups = {"en-mix": kept, "en-greedy": [r for r in rows if r["decoding"] == "greedy"]}
-    groups = {g: rs for g, rs in groups.items() if rs}
-    info = {"answers": stats, "coverage": run.coverage(groups["en-mix"], "en"),
+    groups = {"en-greedy": rows}
+    info = {"answers": stats, "coverage": run.coverage(kept, "en"),
             "groups": {g: data_summary(rs) for g, rs in groups.items()}}
     run.info["phases"]["en"] = info
     run.save()
-    v8 = run.vocab(groups["en-mix"], 8192)
-    jobs = [Job(f"en-v{size // 1024}k", run.new_draft(v8 if size == 8192 else run.vocab(groups["en-mix"], size)),
-                "en-mix", phase.lr) for size in SWEEP]
-    jobs += [Job(f"en-{g[3:]}-v8k", run.new_draft(v8), g, phase.lr) for g in ("en-greedy",) if g in groups]
+    name = "en-greedy-v8k"
+    jobs = [Job(name, run.new_draft(run.vocab(kept, 8192)), "en-greedy", phase.lr)]
     info["train"] = run.train(phase, groups, jobs, train_s, checkpoints=(0.1, 0.25, 0.5, 0.75, 1.0), curve_langs=["en"])
-    metas = {}
-    for job in jobs:
-        role = "base-candidate" if job.group == "en-mix" else "decoding-variant"
-        metas[job.name] = run.save_draft(job, {"role": role, "target_language": "en", "mode": "from-scratch",
-                                               "data_group": job.group}, None)
-    fits = [j.name for j in jobs if metas[j.name]["within_size_limit"]]
-    best = max(fits, key=lambda n: (round(q.mal_of(run.records, n, "en"), 3), -metas[n]["draft_vocab_size"]))
-    info["base"] = best
-    run.base_dir = run.out / "drafts" / best
-    for r in run.records:
-        if r["draft"] == best:
-            r["role"] = "base"
-    q.export_draft(run.base_dir, run.out / "transport", best, keep_head=run.keep_head)
-    run.en_rows = groups["en-mix"]
+    meta = run.save_draft(jobs[0], {"role": "base", "target_language": "en", "mode": "from-scratch",
+                                    "data_group": "en-greedy"}, name)
+    if not meta["within_size_limit"]:
+        raise RuntimeError(f"{name}: {meta['size_bytes']} bytes, over the {SIZE_LIMIT} limit")
+    info["base"] = name
+    run.base_dir = run.out / "drafts" / name
+    run.en_rows = rows
     run.save()
 
 
@@ -277,15 +276,11 @@ def phase_lang(run: Run, phase: Phase, gen_s: float, train_s: float) -> None:
     from polyspec.training.stream_fit import Job
 
     rows, stats = run.answers(phase, gen_s)
-    kept = [r for r in rows if not r["degenerate"]]
-    if not kept:
-        run.info["phases"][phase.lang] = {"answers": stats, "error": "no non-degenerate answer"}
-        return
-    replay = run.replay(round(phase.replay * len(kept)), seed=len(run.info["phases"])) if phase.replay else []
-    groups = {f"{phase.lang}-mix": kept + replay}
-    if phase.greedy_variant:
-        greedy = [r for r in rows if r["decoding"] == "greedy"]
-        groups[f"{phase.lang}-greedy"] = greedy + run.replay(round(phase.replay * len(greedy)), seed=99)
+    kept = [r for r in rows if not r["degenerate"]] or rows  # only a smoke run's random verifier has none
+    greedy = [r for r in rows if r["decoding"] == "greedy"]
+    groups = {f"{phase.lang}-greedy": greedy + run.replay(round(phase.replay * len(greedy)), seed=99)}
+    if phase.samples:  # the sampled-and-filtered recipe, as a variant
+        groups[f"{phase.lang}-mix"] = kept + run.replay(round(phase.replay * len(kept)), seed=len(run.info["phases"]))
     info = {"answers": stats, "groups": {g: data_summary(rs) for g, rs in groups.items()}}
     run.info["phases"][phase.lang] = info
     if phase.mode == "scratch":
@@ -300,7 +295,48 @@ def phase_lang(run: Run, phase: Phase, gen_s: float, train_s: float) -> None:
         meta = {"role": "finetuned" if phase.mode == "finetune" else "from-scratch", "target_language": phase.lang,
                 "mode": phase.mode, "data_group": job.group,
                 "parent": run.base_dir.name if phase.mode == "finetune" and run.base_dir else None}
-        run.save_draft(job, meta, job.name)  # both variants travel: in session 7 the greedy one won on it and ko
+        run.save_draft(job, meta, job.name)
+    run.save()
+
+
+def phase_collect(run: Run, phase: Phase, gen_s: float, train_s: float) -> None:
+    """Answers only (a language whose shipped draft stays), for the multilingual draft."""
+    rows, stats = run.answers(phase, gen_s)
+    run.info["phases"][phase.lang] = {"answers": stats, "groups": {f"{phase.lang}-greedy": data_summary(rows)}}
+    run.save()
+
+
+def merged_vocab(run: Run, per_lang: dict[str, list[dict]], size: int) -> list[int]:
+    """Round robin over the languages' own rankings (non-degenerate answers), so that no script crowds out
+    another; English top tokens fill what is left."""
+    from polyspec.models.vocab_ref import english_top_token_ids
+    from polyspec.training.vocab import count_tokens, rank_with_topup
+
+    ranked = [[t for t, _ in sorted(count_tokens([r for r in rows if not r["degenerate"]]).items(),
+                                    key=lambda kv: (-kv[1], kv[0]))] for rows in per_lang.values()]
+    interleaved = [ids[depth] for depth in range(max(map(len, ranked))) for ids in ranked if depth < len(ids)]
+    return rank_with_topup(Counter(), size, [interleaved, english_top_token_ids(run.verifier.path, size)],
+                           run.verifier.vocab_size)
+
+
+def phase_multi(run: Run, phase: Phase, gen_s: float, train_s: float) -> None:
+    """One draft for every language answered in this run, from scratch, merged vocabulary, equal rows per language."""
+    from polyspec.training.stream_fit import Job
+
+    per_lang = {lang: random.Random(7).sample(rows, min(MULTI_ROWS_PER_LANG, len(rows)))
+                for lang, rows in run.lang_rows.items() if rows}
+    if len(per_lang) < 2:
+        run.info["phases"]["multi"] = {"error": f"answers for {sorted(per_lang)} only"}
+        return
+    rows = [r for rs in per_lang.values() for r in rs]
+    groups = {"multi-greedy": rows}
+    info = {"languages": sorted(per_lang), "rows_per_language": {k: len(v) for k, v in per_lang.items()},
+            "groups": {"multi-greedy": data_summary(rows)}}
+    run.info["phases"]["multi"] = info
+    job = Job("multi-greedy-v12k", run.new_draft(merged_vocab(run, per_lang, MULTI_VOCAB)), "multi-greedy", phase.lr)
+    info["train"] = run.train(phase, groups, [job], train_s)
+    run.save_draft(job, {"role": "multilingual", "target_language": "multi", "mode": "from-scratch",
+                         "data_group": "multi-greedy", "languages": sorted(per_lang)}, job.name)
     run.save()
 
 
@@ -333,13 +369,14 @@ def main(argv: list[str]) -> None:
         if phase.mode == "finetune" and run.base_dir is None:
             run.info["skipped"].append(f"{phase.lang}: no English base")
             continue
-        if not run.smoke and (gen_s < 15 or train_s < 15):
+        if not run.smoke and ((phase.gen and gen_s < 15) or (phase.train and train_s < 15)):
             run.info["skipped"].append(f"{phase.lang}: {run.left():.0f}s left")
             q.log(f"skip {phase.lang}: gen {gen_s:.0f}s train {train_s:.0f}s")
             continue
         q.log(f"phase {phase.lang}: gen {gen_s:.0f}s, train {train_s:.0f}s, {run.left():.0f}s left")
         try:
-            (phase_en if phase.mode == "sweep" else phase_lang)(run, phase, gen_s, train_s)
+            {"base": phase_en, "collect": phase_collect, "multi": phase_multi}.get(phase.mode, phase_lang)(
+                run, phase, gen_s, train_s)
         except Exception as exc:  # noqa: BLE001 - a failed phase is reported; later ones still run
             import traceback
 

@@ -130,7 +130,7 @@ def answer_pool(model: Any, tokenizer: Any, pool: list[dict], decodings: list[An
     """
     from polyspec.training.answers import template_prompt
 
-    t0, rows, pos, too_long = time.time(), [], 0, 0
+    t0, rows, pos, too_long, answered = time.time(), [], 0, 0, 0
     gen_seconds: Counter[str] = Counter()
     gen_tokens: Counter[str] = Counter()
     per_batch = max(1, chunk_rows // max(d.samples for d in decodings))
@@ -146,15 +146,25 @@ def answer_pool(model: Any, tokenizer: Any, pool: list[dict], decodings: list[An
                 continue
             templ.append((rec, ids))
         templ.sort(key=lambda rp: len(rp[1]))
-        for b in range(0, len(templ), per_batch):
-            if rows and time.time() - t0 >= budget_s:
+        b = 0
+        while b < len(templ):
+            spent = time.time() - t0
+            if rows and spent >= budget_s:
                 break
+            # a batch no larger than what the time left answers at the rate so far: session 8's 4096-prompt
+            # batches took 60-90 s and overran 20-30 s budgets three times over
+            rate = answered / sum(gen_seconds.values()) if answered else 0.0
+            size = per_batch if not rate else max(32, min(per_batch, int(rate * (budget_s - spent))))
+            if rows and size == 32 and rate * (budget_s - spent) < 16:
+                break  # less than half of the smallest batch fits
             for d in decodings:
                 t1 = time.time()
-                new = _answer_batch(model, tokenizer, templ[b:b + per_batch], max_new_tokens, d)
+                new = _answer_batch(model, tokenizer, templ[b:b + size], max_new_tokens, d)
                 gen_seconds[d.name] += time.time() - t1
                 gen_tokens[d.name] += sum(r["num_answer_tokens"] for r in new)
                 rows += new
+            answered += len(templ[b:b + size])
+            b += size
     stats: dict[str, Any] = {"prompts_taken": pos, "prompts_answered": len({r["id"] for r in rows}),
                              "prompts_too_long": too_long, "pool_size": len(pool),
                              "seconds": round(time.time() - t0, 1), "decodings": {}}

@@ -27,7 +27,10 @@ from typing import Any
 from polyspec.training.config import FitConfig
 from polyspec.training.errors import TrainingError
 
-CALIBRATION_STEPS = 6  # steps timed before the schedule is fixed (the first one, with CUDA warm-up, excluded)
+CALIBRATION_STEPS = 6  # steps timed before the schedule is first set (the first one, with CUDA warm-up, excluded)
+# The schedule is set again once, from the steps after calibration: on the H200 the first steps ran slower than
+# the rest (allocator growth), and a 327 s budget was planned as 978 steps that took 170 s (session 8).
+REPLAN_STEPS = 60
 
 
 @dataclass
@@ -207,7 +210,12 @@ def train_jobs(verifier: Any, aux_layer_ids: Sequence[int], groups: dict[str, li
                 t_calib += dt
             if step == CALIBRATION_STEPS and plan["total"] is None:
                 plan["total"] = _plan_steps(step, train_seconds, t_calib / (step - 1), budget, streams)
+                plan["timed"], plan["seconds_at_calibration"] = not budget.max_steps, train_seconds
                 marks = _marks(plan["total"], checkpoints)
+            elif step == REPLAN_STEPS and plan.get("timed") and plan["total"] > step:
+                recent = (train_seconds - plan["seconds_at_calibration"]) / (step - CALIBRATION_STEPS)
+                plan["total"] = _plan_steps(step, train_seconds, recent, budget, streams)
+                marks = {m for m in marks if m <= step} | {m for m in _marks(plan["total"], checkpoints) if m > step}
             if step in marks and on_checkpoint:
                 on_checkpoint(step, jobs)
             if train_seconds > budget.seconds * 1.15:  # slower than timed (e.g. longer packs later): stop

@@ -88,3 +88,30 @@ def test_a_job_without_data_is_refused(tiny) -> None:
     with pytest.raises(TrainingError, match="no rows"):
         train_jobs(model, [1, 3, 4], {"g": []}, [Job("y", object(), "g", 1e-3)], FitConfig(), Budget(seconds=1),
                    device="cpu")
+
+
+def test_the_schedule_is_set_again_when_steps_turn_out_faster_than_calibrated(tiny, monkeypatch) -> None:
+    """Session 8 on the H200: slow first steps planned a 327 s budget as 170 s of training. The second plan
+    uses the steps after calibration."""
+    import types
+
+    import polyspec.training.stream_fit as sf
+    from polyspec.models.draft_build import build_draft_model
+
+    path, model, rows = tiny
+    clock = {"now": 0.0, "calls": 0}
+
+    def fake_time() -> float:  # two calls per step (start, end): 1 s per step while calibrating, then 0.1 s
+        clock["calls"] += 1
+        if clock["calls"] % 2 == 0:
+            clock["now"] += 1.0 if clock["calls"] <= 2 * sf.CALIBRATION_STEPS else 0.1
+        return clock["now"]
+
+    monkeypatch.setattr(sf, "time", types.SimpleNamespace(time=fake_time))
+    monkeypatch.setattr(sf, "REPLAN_STEPS", 10)
+    job = Job("d", build_draft_model(path, t2d_token_ids=list(range(1024)), aux_layer_ids=[1, 3, 4]).train(), "g", 1e-3)
+    summary = train_jobs(model, [1, 3, 4], {"g": rows}, [job], FitConfig(total_seq_len=256, warmup_steps=2),
+                         Budget(seconds=14.0, max_epochs=1000), device="cpu")
+    # first plan: 6 steps in 6 s, 8 s left at 1 s a step -> 14 steps; at step 10 (6.4 s spent), 0.1 s a step -> 86
+    assert summary["planned_steps"] == 86 and summary["steps"] == 86
+    assert 13.0 <= summary["train_seconds"] <= 14.5

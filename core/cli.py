@@ -44,9 +44,9 @@ def _as_polyspec_error(exc: BaseException) -> PolyspecError | None:
     except ImportError:  # pragma: no cover - pydantic is a core dependency
         return None
     if isinstance(exc, ValidationError):
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err.get("loc", ()))
-        return InvalidInput(f"{where}: {err.get('msg')}" if where else str(err.get("msg")))
+        from polyspec.core.yaml_model import first_error
+
+        return InvalidInput(first_error(exc))
     return None
 
 

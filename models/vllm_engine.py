@@ -86,8 +86,12 @@ class EngineSpec(BaseModel):
         return choose_dtype(self.dtype)
 
     def command(self, port: int) -> list[str]:
+        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *self.serve_args(port)]
+
+    def serve_args(self, port: int, this_host: bool = True) -> list[str]:
+        """The arguments `vllm serve` takes. ``this_host=False`` leaves out what this machine's settings add
+        (POLYSPEC_ENGINE_EAGER), for manifests rendered for another machine (`polyspec deploy k8s`)."""
         cmd = [
-            sys.executable, "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(self.verifier),
             "--host", self.host,
             "--port", str(port),
@@ -101,7 +105,7 @@ class EngineSpec(BaseModel):
             # The per-request flag is refused by vLLM without a speculative config.
             cmd += ["--speculative-config", json.dumps(spec), "--per-request-spec-decode-metrics", "summary"]
         extra = list(self.extra_args)
-        if get_settings().engine_eager and "--enforce-eager" not in extra:
+        if this_host and get_settings().engine_eager and "--enforce-eager" not in extra:
             extra.append("--enforce-eager")  # POLYSPEC_ENGINE_EAGER: fast starts for tests (core.settings)
         return cmd + extra
 

@@ -25,10 +25,10 @@ from polyspec.core.errors import InvalidInput
 
 from pathlib import Path
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from polyspec.core.hostcpu import normalize_dtype
+from polyspec.core.yaml_model import read_mapping, validate
 
 
 class FleetConfigError(InvalidInput):
@@ -107,17 +107,5 @@ class FleetConfig(BaseModel):
 
 def load_fleet_config(path: Path) -> FleetConfig:
     """Read and validate a fleet YAML file, raising FleetConfigError with a one-line reason."""
-    try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise FleetConfigError(f"fleet config not found: {path}") from None
-    except (OSError, yaml.YAMLError) as exc:
-        raise FleetConfigError(f"cannot read fleet config {path}: {exc}") from None
-    if not isinstance(raw, dict):
-        raise FleetConfigError(f"fleet config {path} must be a mapping with an 'engines' list")
-    try:
-        return FleetConfig.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise FleetConfigError(f"fleet config {path}: {where}: {first['msg']}") from None
+    raw = read_mapping(path, FleetConfigError, "fleet config", "a mapping with an 'engines' list")
+    return validate(FleetConfig, raw, FleetConfigError, f"fleet config {path}")

@@ -190,3 +190,18 @@ def test_adapt_bench_figures_windows_and_results_file(tmp_path) -> None:
     assert [(r["trained_on"], r["live_mal_after"]) for r in runs] == [("cpu", 1.8), ("cuda", 1.7)]
     table = adaptation_md({"runs": runs})
     assert "| it | cpu | 60 / 16 | 1.25 → 1.80 | 17.2 → 24.6 | 31 | 0 | 12.5 |" in table
+
+
+def test_adaptation_page_shows_the_recorded_runs() -> None:
+    """docs/adaptation.md's table is bench/report.py's rendering of the committed adaptation.json (regenerate
+    it with `.venv/bin/python bench/report.py docs/results/adaptation.json`), and a recorded run meets issue
+    15's bar: acceptance and tokens/s up, no failed request."""
+    from pathlib import Path
+
+    from bench.report import adaptation_md
+
+    root = Path(__file__).resolve().parents[1]
+    data = json.loads((root / "docs" / "results" / "adaptation.json").read_text())
+    assert adaptation_md(data).strip() in (root / "docs" / "adaptation.md").read_text()
+    assert any(r["live_mal_after"] > r["live_mal_before"] and r["live_tps_after"] > r["live_tps_before"]
+               and r["failed_requests_during_swap"] == 0 for r in data["runs"])

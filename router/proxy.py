@@ -16,7 +16,7 @@ import asyncio
 import time
 
 from polyspec.router.asgi import (
-    ClientDisconnected, DisconnectWatch, Receive, Scope, Send, content_type, read_body, request_headers,
+    HOOK_KEY, ClientDisconnected, ConnectionHook, DisconnectWatch, Receive, Scope, Send, content_type, read_body, request_headers,
     send_error, send_response,
 )
 from polyspec.router.body import field
@@ -96,8 +96,10 @@ async def serve_completion(rt: RouterRuntime, scope: Scope, receive: Receive, se
     started = time.perf_counter()
     headers = request_headers(scope)
     config = rt.config
+    hook: ConnectionHook | None = scope.get(HOOK_KEY)  # set by the router's own server (router.asgi)
     try:
-        raw = await read_body(receive, headers.get("content-length"), config.max_body_bytes, config.body_timeout_s)
+        raw = await read_body(receive, headers.get("content-length"), config.max_body_bytes, config.body_timeout_s,
+                              complete=hook is not None and hook.body_complete)
     except RouterError as exc:  # too large or too slow: the rest of the body may still come, so close
         await _refuse(rt, scope, receive, send, exc, close=True)
         return
@@ -108,7 +110,7 @@ async def serve_completion(rt: RouterRuntime, scope: Scope, receive: Receive, se
     except RouterError as exc:
         await _refuse(rt, scope, receive, send, exc)
         return
-    watch = DisconnectWatch(receive, send)
+    watch = DisconnectWatch(receive, send, hook)
     ended = "router_error"  # how a request ends that did not record its own outcome
     try:
         await (stream(rt, job, watch.send) if job.stream else _unary(rt, job, watch.send))

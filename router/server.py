@@ -30,6 +30,7 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from polyspec.router.asgi import HOOK_KEY, ConnectionHook
 from polyspec.router.config import RouterConfig
 from polyspec.router.errors import error_body
 from polyspec.router.runtime import RouterRuntime
@@ -70,7 +71,12 @@ class HeadLimitedHttpTools(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
+        cycle = self.cycle
         super().connection_lost(exc)
+        if cycle is not None and cycle.disconnected:  # the response was not complete: its request must know
+            hook = cycle.scope.get(HOOK_KEY)
+            if hook is not None:
+                hook.connection_lost()
 
     def _start_head_timer(self) -> None:
         if self._head_timer is None:
@@ -108,10 +114,14 @@ class HeadLimitedHttpTools(HttpToolsProtocol):
             raise ValueError("request head too large")  # stops the parser: no request task starts
         self._in_head, self._head_ended, self._head_bytes = False, True, 0
         self._stop_head_timer()
+        self.scope[HOOK_KEY] = ConnectionHook()  # router.asgi: the body's end and the client's leaving
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         self._in_head = True
+        hook = self.scope.get(HOOK_KEY)
+        if hook is not None:
+            hook.body_complete = True
         super().on_message_complete()
 
     def _head_size(self) -> int:

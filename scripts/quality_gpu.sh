@@ -79,7 +79,8 @@ launch)
   deadline=$(( start + arg ))
   # only the languages whose pools were carried (session 7 carried en, it, ko and forgot --langs: the other
   # phases failed on the missing pools and their share of the time went unused)
-  langs=${Q_LANGS:-$(cd /tmp/qdata/pools && ls *.jsonl.gz | sed 's/\.jsonl\.gz$//' | paste -sd, -)}
+  # plus the multilingual phase, which has no pool of its own (session 9's run left it out this way)
+  langs=${Q_LANGS:-$(cd /tmp/qdata/pools && ls *.jsonl.gz | sed 's/\.jsonl\.gz$//' | paste -sd, -),multi}
   echo "languages: $langs"
   setsid nohup python3 scripts/quality_gpu.py --verifier /tmp/v --pools /tmp/qdata/pools --out $Q/run --langs "$langs" \
     --deadline $deadline --shipped $Q/shipped --embed-sha256 "${3:-}" >> $Q/run/log.txt 2>&1 < /dev/null &

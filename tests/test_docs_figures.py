@@ -32,7 +32,8 @@ def regenerated(tmp_path_factory: pytest.TempPathFactory, verifier) -> Path:
 
 
 def _key(record: dict) -> tuple:
-    return record["draft"], record.get("benchmark"), record["language"], record["method"], record["k"]
+    return (record["draft"], record.get("benchmark"), record["language"], record["method"], record["k"],
+            record.get("subset", "all"))
 
 
 def test_acceptance_json_matches_the_registry(regenerated: Path) -> None:
@@ -66,3 +67,12 @@ def test_acceptance_plot_is_drawn(regenerated: Path) -> None:
     # from the same records is what the two tests above establish.
     png = regenerated / "acceptance_positions.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_readme_headline_matches_the_registry(regenerated: Path) -> None:
+    fresh = (regenerated / "acceptance_headline.md").read_text().strip()
+    readme = (ROOT / "README.md").read_text()
+    begin = readme.index(fresh.splitlines()[0])
+    end = readme.index("<!-- end of headline table -->", begin) + len("<!-- end of headline table -->")
+    assert readme[begin:end] == fresh, \
+        f"README.md's headline table is stale: regenerate it with `{REGENERATE} --readme README.md`"

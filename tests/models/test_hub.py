@@ -53,7 +53,8 @@ def mirror(tmp_path: Path) -> Path:
 def test_pull_from_the_checkout_layout_then_find_draft_resolves_it_in_home(tmp_path):
     home = tmp_path / "home"
     done = pull_draft(FR, str(CHECKOUT), home=home)  # models/drafts: an index manifest + a folder per draft
-    assert done.verified_against == ["manifest.json"] and done.destination == str(home / "drafts" / FR)
+    # both side files repeat the sha256: the index entry and the model card beside the draft
+    assert done.verified_against == ["README.md", "manifest.json"] and done.destination == str(home / "drafts" / FR)
     draft = find_draft(FR, home=home, manifest=NO_CHECKOUT)
     assert draft.path == home / "drafts" / FR
     draft.verify()
@@ -313,3 +314,32 @@ def test_cli_pull_push_and_list(tmp_path, monkeypatch):
     bad = runner.invoke(app, ["pull", "../x", "--from", str(tmp_path / "out"), "--home", str(home)])
     assert bad.exit_code == 2 and "invalid draft name" in bad.output
     assert issubclass(DraftNotFound, PolyspecError)
+
+
+def test_cli_drafts_checks_every_sha256(tmp_path):
+    """`polyspec models drafts` lists the nine shipped drafts as verified, and names the damaged file of a
+    pulled draft instead of listing it as good."""
+    runner = CliRunner()
+    home = tmp_path / "home"
+    listed = runner.invoke(app, ["drafts", "--home", str(home), "--json"])
+    assert listed.exit_code == 0, listed.output
+    rows = json.loads(listed.output)
+    assert len(rows) == 9 and {r["sha256"] for r in rows} == {"verified"}
+    assert runner.invoke(app, ["pull", FR, "--from", str(CHECKOUT), "--home", str(home)]).exit_code == 0
+    copy = home / "drafts" / f"{FR}-copy"  # a pulled draft of its own name: the checkout's would hide it
+    (home / "drafts" / FR).rename(copy)
+    entry = json.loads((copy / "manifest.json").read_text())
+    (copy / "manifest.json").write_text(json.dumps({**entry, "name": copy.name}))
+    weights = copy / "model.safetensors"
+    weights.chmod(0o644)
+    with weights.open("r+b") as f:  # one flipped byte
+        f.seek(1000)
+        byte = f.read(1)
+        f.seek(1000)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    shown = runner.invoke(app, ["drafts", "--home", str(home), "--json"])
+    assert shown.exit_code == 0, shown.output
+    pulled = {r["name"]: r for r in json.loads(shown.output) if r["where"] == "pulled"}
+    assert "model.safetensors" in pulled[copy.name]["sha256"] and pulled[copy.name]["sha256"] != "verified"
+    table = runner.invoke(app, ["drafts", "--home", str(home)])
+    assert table.exit_code == 0 and "verified" in table.output

@@ -55,7 +55,15 @@ def test_damaged_shipped_draft_is_refused(tmp_path):
 
 
 def test_checkout_lists_every_draft_with_its_weights():
-    """The checkout ships all five drafts; they stay out of the wheel (tests/test_install.py)."""
+    """The checkout ships nine drafts, one per MT-Bench language, each with a model card whose sha256 block is
+    the manifest's; they stay out of the wheel (tests/test_install.py)."""
     listed = checkout_drafts()
-    assert len(listed) == 5 and all((d.path / "model.safetensors").is_file() for d in listed)
+    assert sorted(lang for d in listed for lang in d.languages) == sorted(
+        ["en", "fr", "de", "es", "it", "ru", "zh", "ja", "ko"])
+    for d in listed:
+        d.verify()
+        assert (d.path / "model.safetensors").stat().st_size <= 25_000_000
+        card = (d.path / "README.md").read_text()
+        assert all(sha in card for sha in d.checksums.values()), d.name
+    assert sum((d.path / "model.safetensors").stat().st_size for d in listed) <= 200_000_000
     assert [d.name for d in shipped_drafts(home="/nonexistent-polyspec-home")] == [d.name for d in listed]

@@ -74,12 +74,12 @@ def start_backend(workdir: Path, cpus: str | None, tokens: int = 16, token_delay
     return _ready(Server("backend", f"http://127.0.0.1:{port}", proc, log), "/health", 60)
 
 
-def make_registry(workdir: Path, deployments: list[tuple[str, str, list[str], bool]]) -> str:
-    """A fresh SQLite registry with the bundled verifier and bare-verifier deployments
-    ``(name, url, languages, is_default)``; returns its URL."""
+def make_registry(workdir: Path, deployments: list[tuple[str, str, list[str], bool]], url: str | None = None) -> str:
+    """A fresh registry (SQLite in ``workdir`` unless ``url`` names another, empty one) with the bundled
+    verifier and bare-verifier deployments ``(name, url, languages, is_default)``; returns its URL."""
     from polyspec.registry import open_registry
 
-    url = f"sqlite:///{workdir / 'registry.db'}"
+    url = url or f"sqlite:///{workdir / 'registry.db'}"
     reg = open_registry(url)
     try:
         reg.add_verifier("smollm2-135m-instruct")
@@ -91,15 +91,16 @@ def make_registry(workdir: Path, deployments: list[tuple[str, str, list[str], bo
 
 
 def start_polyspec(workdir: Path, registry_url: str, cpus: str | None, threshold: float | None = None,
-                   extra_env: dict[str, str] | None = None) -> Server:
+                   extra_env: dict[str, str] | None = None, router_id: str = "bench") -> Server:
     port = free_port()
     cmd = [str(ROOT / ".venv" / "bin" / "polyspec"), "serve", "--registry", registry_url, "--port", str(port),
-           "--log-level", "warning", "--router-id", "bench"]
+           "--log-level", "warning", "--router-id", router_id]
     if threshold is not None:
         cmd += ["--threshold", str(threshold)]
     env = {"POLYSPEC_ROUTER_DEFAULT_LANGUAGE": "en", "POLYSPEC_REGISTRY_URL": registry_url, **(extra_env or {})}
-    proc, log = _spawn("polyspec", cmd, workdir, cpus, env)
-    return _ready(Server("polyspec", f"http://127.0.0.1:{port}", proc, log), "/ready", 120)
+    name = "polyspec" if router_id == "bench" else f"polyspec-{router_id}"  # one log per router
+    proc, log = _spawn(name, cmd, workdir, cpus, env)
+    return _ready(Server(name, f"http://127.0.0.1:{port}", proc, log), "/ready", 120)
 
 
 def start_litellm(workdir: Path, backend_url: str, cpus: str | None) -> Server:

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from polyspec.registry import calibrations
@@ -144,17 +145,16 @@ def _field(row: Any, name: str, default: Any = None) -> Any:
 
 
 def record_live_stats(session: Session, router_id: str, rows: Iterable[Any]) -> None:
-    """Add each row's counters to the stored aggregate of (router_id, language, domain, draft_name)."""
-    for item in rows:
-        key = {
-            "router_id": router_id, "language": str(_field(item, "language")),
-            "domain": str(_field(item, "domain") or "general"),
-            "draft_name": str(_field(item, "draft_name", None) or _field(item, "draft", None) or "none"),
-        }
-        stat = session.scalars(select(LiveStat).filter_by(**key)).first()
-        if stat is None:
-            stat = LiveStat(**key, accepted_per_pos=[], **{c: 0 for c in _COUNTERS})
-            session.add(stat)
+    """Add each row's counters to the stored aggregate of (router_id, language, domain, draft_name).
+
+    Several writers may share a row (routers left with one router_id, the hostname, on one host): each row
+    is read ``FOR UPDATE`` so concurrent additions on Postgres serialise instead of overwriting one another,
+    keys are visited in one order so two flushes never deadlock, and a first insert that loses the race to
+    another writer's becomes an update of that row.
+    """
+    items = sorted(((_live_key(router_id, item), item) for item in rows), key=lambda pair: sorted(pair[0].items()))
+    for key, item in items:
+        stat = _live_row(session, key)
         for counter in _COUNTERS:
             value = int(_field(item, counter, 0) or 0)
             if value < 0:
@@ -166,6 +166,28 @@ def record_live_stats(session: Session, router_id: str, rows: Iterable[Any]) -> 
             raise RegistryError(f"live stat generation_s must be a non-negative number of seconds ({seconds})")
         stat.generation_s = (stat.generation_s or 0.0) + seconds
         session.flush()
+
+
+def _live_key(router_id: str, item: Any) -> dict[str, str]:
+    return {"router_id": router_id, "language": str(_field(item, "language")),
+            "domain": str(_field(item, "domain") or "general"),
+            "draft_name": str(_field(item, "draft_name", None) or _field(item, "draft", None) or "none")}
+
+
+def _live_row(session: Session, key: dict[str, str]) -> LiveStat:
+    """The stored aggregate of ``key``, locked for this transaction; created (zero) when there is none."""
+    query = select(LiveStat).filter_by(**key).with_for_update()
+    stat = session.scalars(query).first()
+    if stat is not None:
+        return stat
+    try:
+        with session.begin_nested():  # a savepoint: a lost insert race must not abort the whole flush
+            stat = LiveStat(**key, accepted_per_pos=[], generation_s=0.0, **{c: 0 for c in _COUNTERS})
+            session.add(stat)
+            session.flush()
+        return stat
+    except IntegrityError:  # another writer inserted it meanwhile (Postgres): add to theirs
+        return session.scalars(query).one()
 
 
 def add_lists(a: list[int], b: list[int]) -> list[int]:

@@ -5,8 +5,9 @@ over once expired.
 cron job beside a `--every` loop) never train, canary or swap at once. A holder that dies stops renewing
 its lease; after ``ttl_s`` the lease is stale and the next process takes it over (an ``adapt-lock`` event
 says whose it was). Every change runs in one write transaction: SQLite's ``BEGIN IMMEDIATE`` serialises
-the read-modify-write, and on Postgres two first inserts collide on the unique name, so the loser gets
-`LockHeld` either way.
+the read-modify-write; on Postgres the row is read ``FOR UPDATE`` (without it, every process that read a
+stale lease before the first takeover committed took it over too: tests/scale/test_postgres_concurrency.py)
+and two first inserts collide on the unique name, so the loser gets `LockHeld` either way.
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ def _check(name: str, holder: str, ttl_s: float) -> None:
         raise RegistryError(f"lock ttl must lie in (0, {MAX_TTL_S:g}] seconds, not {ttl_s!r}")
 
 
+def _locked_row(session: Session, name: str) -> Lock | None:
+    """The lease's row, locked until the transaction ends (Postgres; SQLite's write transaction already is)."""
+    return session.scalars(select(Lock).where(Lock.name == name).with_for_update()).first()
+
+
 def view(row: Lock, now: float | None = None) -> dict[str, Any]:
     now = time.time() if now is None else now
     return {"name": row.name, "holder": row.holder, "acquired_at": row.acquired_at, "heartbeat_at": row.heartbeat_at,
@@ -69,7 +75,7 @@ def acquire(session: Session, name: str, holder: str, ttl_s: float, details: dic
     takeover is an event). Raises `LockHeld` while another holder's lease is live."""
     _check(name, holder, ttl_s)
     now = time.time() if now is None else now
-    row = session.scalars(select(Lock).where(Lock.name == name)).first()
+    row = _locked_row(session, name)
     if row is None:
         row = Lock(name=name, holder=holder, acquired_at=now, heartbeat_at=now, expires_at=now + ttl_s,
                    details=dict(details or {}))
@@ -98,7 +104,7 @@ def heartbeat(session: Session, name: str, holder: str, ttl_s: float, details: d
     """Renew a lease this holder has; `LockLost` when it is no longer theirs (expired and taken, or released)."""
     _check(name, holder, ttl_s)
     now = time.time() if now is None else now
-    row = session.scalars(select(Lock).where(Lock.name == name)).first()
+    row = _locked_row(session, name)
     if row is None or row.holder != holder:
         owner = "nobody" if row is None else row.holder
         raise LockLost(f"lock {name!r} is no longer held by {holder} (now: {owner})")
@@ -111,7 +117,7 @@ def heartbeat(session: Session, name: str, holder: str, ttl_s: float, details: d
 
 def release(session: Session, name: str, holder: str) -> bool:
     """Give the lease up; False (nothing done) when this holder does not have it."""
-    row = session.scalars(select(Lock).where(Lock.name == name)).first()
+    row = _locked_row(session, name)
     if row is None or row.holder != holder:
         return False
     session.delete(row)

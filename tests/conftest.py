@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.postgres import pg_url  # noqa: F401  (a throwaway PostgreSQL cluster for any area's tests)
 from tests.skips import ALLOWED_SKIPS, is_allowed, skip_reason
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

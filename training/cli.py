@@ -2,6 +2,7 @@
 
     polyspec train run fr --prompts fr.jsonl --from DRAFT            # every stage, a new run
     polyspec train run --run-id fr-finetune-... --resume            # continue (done stages are verified, skipped)
+    polyspec train run fr --prompts fr.jsonl --from DRAFT --gpus 8  # torchrun, 8 workers (docs/distributed-training.md)
     polyspec train prompts fr --prompts fr.jsonl --run-id fr-1      # only stage 1 (creates the run)
     polyspec train answers fr-1 / hidden-states / vocab / fit / evaluate / register   # one stage of a run
     polyspec train --plan fr                                        # the registry's add-language plan for fr
@@ -42,7 +43,9 @@ def _stages_for(until: str | None) -> list[str] | None:
     return list(STAGES[: STAGES.index(until) + 1])
 
 
-def _open_or_create(**knobs: Any) -> Any:
+def _open_or_create(check: Any = None, **knobs: Any) -> Any:
+    """Create (or with --resume reopen) the run the knobs describe; ``check(config)`` runs before anything is
+    created."""
     from polyspec.training.pipeline import start_run
     from polyspec.training.runs import Run
 
@@ -51,6 +54,8 @@ def _open_or_create(**knobs: Any) -> Any:
         raise typer.BadParameter("--resume needs --run-id")
     saved = Run.open(knobs["run_id"]).config if resume else None
     config = knobs_to_config(knobs, saved)
+    if check is not None:
+        check(config)
     source = Run.open(reuse_from) if reuse_from else None  # before creating: a bad name leaves nothing behind
     run = start_run(config, resume=resume)
     if source is not None:
@@ -66,12 +71,60 @@ def _open_or_create(**knobs: Any) -> Any:
 
 
 def _run_command(*, until: Optional[str] = None, redo: Optional[list[str]] = None, json_out: bool = False,
-                 **knobs: Any) -> None:
+                 gpus: Optional[int] = None, launcher: Optional[str] = None, **knobs: Any) -> None:
+    from polyspec.training import distributed
+
+    if launcher not in (None, "torchrun"):
+        raise typer.BadParameter(f"--launcher must be torchrun, got {launcher!r}")
+    if distributed.in_torchrun_worker():
+        return _run_worker(until, redo or [], json_out, knobs)
+    if gpus is not None or launcher == "torchrun":
+        return _launch(gpus, until, redo or [], json_out, knobs)
     from polyspec.training.pipeline import run_pipeline
 
     run = _open_or_create(**knobs)
     summaries = run_pipeline(run, stages=_stages_for(until), redo=redo or ())
     _print_result(summaries, run, json_out)
+
+
+def _launch(gpus: Optional[int], until: Optional[str], redo: list[str], json_out: bool, knobs: dict[str, Any]) -> None:
+    """Create the run here (a bad knob fails before any worker starts), then resume it in torchrun workers."""
+    from polyspec.training import distributed
+    from polyspec.training.runs import redo as redo_stage
+
+    _stages_for(until)  # a bad --until fails here, not in every worker
+    chosen: dict[str, int] = {}
+
+    def check(config: Any) -> None:
+        chosen["n"] = gpus if gpus is not None else distributed.default_nproc(config.device)
+        distributed.check_nproc(chosen["n"], config.device)
+
+    run = _open_or_create(check=check, **knobs)
+    for stage in redo:  # here, once: the workers only resume
+        redo_stage(run, stage)
+    args = ["train", "run", "--run-id", run.run_id, "--resume", *(["--until", until] if until else []),
+            *(["--json"] if json_out else [])]
+    distributed.launch(chosen["n"], args, run.run_id)  # rank 0 prints the result
+
+
+def _run_worker(until: Optional[str], redo: list[str], json_out: bool, knobs: dict[str, Any]) -> None:
+    """One torchrun worker: rank 0 opens (or creates) the run and tells the others its id."""
+    from polyspec.training import distributed
+    from polyspec.training.pipeline import run_pipeline
+    from polyspec.training.fit import resolve_device
+    from polyspec.training.runs import Run
+
+    resume = knobs.get("resume")
+    saved = Run.open(knobs["run_id"]).config if resume and knobs.get("run_id") else None
+    world = distributed.init_world(resolve_device(knobs_to_config(dict(knobs), saved).device))
+    try:
+        run_id = world.broadcast(_open_or_create(**knobs).run_id if world.lead else None)
+        run = Run.open(run_id)
+        summaries = run_pipeline(run, stages=_stages_for(until), redo=redo if world.lead else (), world=world)
+        if world.lead:
+            _print_result(summaries, run, json_out)
+    finally:
+        distributed.close_world(world)
 
 
 def run_cmd(**kwargs: Any) -> None:
@@ -91,7 +144,7 @@ def _with_signature(fn: Any, drop: tuple[str, ...] = ()) -> Any:
 
 
 app.command("run")(_with_signature(run_cmd))
-app.command("prompts")(_with_signature(prompts_cmd, drop=("until", "redo")))
+app.command("prompts")(_with_signature(prompts_cmd, drop=("until", "redo", "gpus", "launcher")))
 
 
 def _stage_command(stage: str, doc: str) -> None:

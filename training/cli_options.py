@@ -70,6 +70,10 @@ def knob_signature_source(
     draft_name: Optional[str] = typer.Option(None, help="Registry name of the candidate."),
     seed: Optional[int] = typer.Option(None, help="Seed for splits, sampling and initialisation."),
     device: Optional[str] = typer.Option(None, help="auto | cpu | cuda."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="Run under torchrun with N workers: answers and hidden "
+                                       "states sharded, fit with FSDP (on CPU: N gloo processes)."),
+    launcher: Optional[str] = typer.Option(None, "--launcher", help="torchrun: as --gpus, with every visible GPU "
+                                           "unless --gpus says how many."),
     until: Optional[str] = typer.Option(None, "--until", help="Stop after this stage."),
     redo: Optional[list[str]] = typer.Option(None, "--redo", help="Discard and rerun this stage (repeatable)."),
     json_out: bool = typer.Option(False, "--json", help="Print stage summaries as JSON."),

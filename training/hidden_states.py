@@ -11,11 +11,13 @@ The stage directory is a speculators ``--data-path``:
 exactly what ``speculators.train.data.ArrowDataset`` + ``hs_connectors.FileTransfer`` read (our own
 trainer reads it through those same classes). Aux layer L = transformers' ``output_hidden_states[L]``
 (vLLM's convention); the last state is the input of the final norm (models.hidden).
-Files are written atomically and skipped when present, so an interrupted stage resumes.
+Files are written atomically and skipped when present, so an interrupted stage resumes. Under torchrun
+(training.distributed) rank r writes the files of rows r::N and rank 0 writes the index.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -69,15 +71,23 @@ def write_index(data_dir: Path, rows: list[dict[str, Any]]) -> None:
 def build_hidden_states(
     out_dir: Path, answers_path: Path, verifier_path: Path, aux_layer_ids: list[int], cfg: HiddenConfig, device: str
 ) -> dict[str, Any]:
+    rows = read_jsonl(answers_path)
+    write_hidden_files(out_dir, rows, range(len(rows)), verifier_path, aux_layer_ids, cfg, device)
+    return finish_hidden_states(out_dir, rows, aux_layer_ids, cfg)
+
+
+def write_hidden_files(out_dir: Path, rows: list[dict[str, Any]], indices: Iterable[int], verifier_path: Path,
+                       aux_layer_ids: list[int], cfg: HiddenConfig, device: str) -> int:
+    """The hidden-state files of ``rows[i]`` for each i in ``indices`` not on disk yet; returns how many were wanted."""
     import torch
 
     from polyspec.models.hidden import capture_hidden_states_batched, load_verifier_model
 
-    rows = read_jsonl(answers_path)
+    wanted = list(indices)
     (out_dir / HS_DIR).mkdir(parents=True, exist_ok=True)
-    todo = [i for i in range(len(rows)) if not hs_path(out_dir, i).is_file()]
-    if len(todo) < len(rows):
-        console.print(f"resuming: {len(rows) - len(todo)} hidden-state files already on disk, {len(todo)} to go")
+    todo = [i for i in wanted if not hs_path(out_dir, i).is_file()]
+    if len(todo) < len(wanted):
+        console.print(f"resuming: {len(wanted) - len(todo)} hidden-state files already on disk, {len(todo)} to go")
     dtype = getattr(torch, cfg.dtype)
     if todo:
         model, _ = load_verifier_model(verifier_path, device=device)
@@ -88,6 +98,12 @@ def build_hidden_states(
         for j, aux, last in stream:
             i = todo[j]
             _save_hs(hs_path(out_dir, i), rows[i]["input_ids"], aux, last, dtype)
+    return len(wanted)
+
+
+def finish_hidden_states(out_dir: Path, rows: list[dict[str, Any]], aux_layer_ids: list[int],
+                         cfg: HiddenConfig) -> dict[str, Any]:
+    """The index over every row's file (all written by now) and the stage summary."""
     write_index(out_dir, rows)
     return {
         "samples": len(rows),

@@ -5,12 +5,16 @@
     run = start_run(RunConfig(run_id="fr-1", language="fr", parent_draft="/path/draft", prompts={"files": [...]}))
     summaries = run_pipeline(run)                  # every stage; done stages are verified and skipped
     run_pipeline(run, stages=["prompts"])           # one stage (earlier ones must be done)
+
+In a torchrun worker, ``run_pipeline(run, world=World)`` shares answers, hidden states and fit among the ranks
+and runs the other stages on rank 0 (training.distributed).
 """
 
 from __future__ import annotations
 
 from polyspec.core.settings import get_settings
 
+import functools
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -18,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from polyspec.training.config import STAGES, RunConfig
+from polyspec.training.distributed import sharded_stage
 from polyspec.training.errors import ParentDraftError, TrainingError
 from polyspec.training.runs import MARKER, Run, console, run_stage
 from polyspec.training.runs import redo as redo_stage
@@ -31,6 +36,7 @@ class Context:
     aux_layer_ids: list[int]
     device: str
     home: Path
+    world: Any = None  # training.distributed.World in a torchrun worker
 
 
 def start_run(config: RunConfig, home: Path | None = None, resume: bool = False) -> Run:
@@ -69,7 +75,7 @@ def _parent_from_registry(ref: str) -> Path:
     return Path(record.location)
 
 
-def make_context(run: Run, home: Path | None = None) -> Context:
+def make_context(run: Run, home: Path | None = None, world: Any = None) -> Context:
     from polyspec.models.verifiers import VerifierError, resolve_verifier
     from polyspec.training.fit import resolve_device
     from polyspec.training.hidden_states import default_aux_layers
@@ -90,7 +96,7 @@ def make_context(run: Run, home: Path | None = None) -> Context:
         if parent_aux and cfg.hidden.aux_layer_ids and list(parent_aux) != list(cfg.hidden.aux_layer_ids):
             raise ParentDraftError(f"the parent draft reads aux layers {parent_aux}; --aux-layers {aux} would not fit it")
         aux = list(parent_aux or aux)
-    return Context(run, verifier, parent, list(aux), resolve_device(cfg.device), Path(home or get_settings().home))
+    return Context(run, verifier, parent, list(aux), resolve_device(cfg.device), Path(home or get_settings().home), world)
 
 
 def _marker(ctx: Context, stage: str) -> Path:
@@ -106,18 +112,33 @@ def _prompts(ctx: Context) -> dict[str, Any]:
 
 
 def _answers(ctx: Context) -> dict[str, Any]:
-    from polyspec.training.answer_stage import build_answers
+    from polyspec.training import answer_stage as stage
 
-    cfg, prompts = ctx.run.config, _marker(ctx, "prompts")
-    body = lambda out: build_answers(out, prompts.parent, ctx.verifier.path, cfg.answers, cfg.seed, ctx.device)  # noqa: E731
+    cfg, prompts, w = ctx.run.config, _marker(ctx, "prompts"), ctx.world
+    if w is not None:
+        work = lambda out: stage.answer_shard(  # noqa: E731
+            out, prompts.parent, ctx.verifier.path, cfg.answers, cfg.seed, ctx.device, w.rank, w.size)
+        merge = lambda out, counts: stage.merge_answer_shards(out, prompts.parent, cfg.answers, counts)  # noqa: E731
+        return sharded_stage(ctx.run, "answers", w, work, merge, [prompts])
+    body = lambda out: stage.build_answers(out, prompts.parent, ctx.verifier.path, cfg.answers, cfg.seed, ctx.device)  # noqa: E731
     return run_stage(ctx.run, "answers", body, [prompts], resumable=True)
 
 
 def _hidden(ctx: Context) -> dict[str, Any]:
-    from polyspec.training.hidden_states import build_hidden_states
+    from polyspec.training import hidden_states as hs
+    from polyspec.training.prompts import read_jsonl
 
-    cfg, answers = ctx.run.config, _marker(ctx, "answers")
-    body = lambda out: build_hidden_states(  # noqa: E731
+    cfg, answers, w = ctx.run.config, _marker(ctx, "answers"), ctx.world
+    if w is not None:
+        rows = functools.cache(lambda: read_jsonl(answers.parent / "answers.jsonl"))  # read only if the stage runs
+        work = lambda out: hs.write_hidden_files(  # noqa: E731
+            out, rows(), range(w.rank, len(rows()), w.size), ctx.verifier.path, ctx.aux_layer_ids, cfg.hidden,
+            ctx.device)
+        merge = lambda out, counts: {  # noqa: E731
+            **hs.finish_hidden_states(out, rows(), ctx.aux_layer_ids, cfg.hidden), "world_size": w.size,
+            "samples_by_rank": counts}
+        return sharded_stage(ctx.run, "hidden-states", w, work, merge, [answers])
+    body = lambda out: hs.build_hidden_states(  # noqa: E731
         out, answers.parent / "answers.jsonl", ctx.verifier.path, ctx.aux_layer_ids, cfg.hidden, ctx.device)
     return run_stage(ctx.run, "hidden-states", body, [answers], resumable=True)
 
@@ -137,8 +158,17 @@ def _fit(ctx: Context) -> dict[str, Any]:
 
     cfg, hidden, vocab = ctx.run.config, _marker(ctx, "hidden-states"), _marker(ctx, "vocab")
     body = lambda out: run_fit(  # noqa: E731
-        out, hidden.parent, vocab.parent / "init_draft", ctx.verifier.path, cfg.fit, cfg.seed, ctx.device)
+        out, hidden.parent, vocab.parent / "init_draft", ctx.verifier.path, cfg.fit, cfg.seed, ctx.device, ctx.world)
+    if ctx.world is not None:
+        return sharded_stage(ctx.run, "fit", ctx.world, body, _merge_fit, [hidden, vocab])
     return run_stage(ctx.run, "fit", body, [hidden, vocab], resumable=True)
+
+
+def _merge_fit(out: Path, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rank 0's summary plus what each rank trained on and the weights it ended with."""
+    keys = ("rank", "tokens", "weights_sha256")
+    return {**{k: v for k, v in results[0].items() if k not in keys}, "world_size": len(results),
+            "ranks": [{k: r[k] for k in keys} for r in results]}
 
 
 def _evaluate(ctx: Context) -> dict[str, Any]:
@@ -169,6 +199,7 @@ def _write_registration(out: Path, summary: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
+SHARDED = ("answers", "hidden-states", "fit")  # done by every rank under torchrun
 RUNNERS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "prompts": _prompts, "answers": _answers, "hidden-states": _hidden, "vocab": _vocab,
     "fit": _fit, "evaluate": _evaluate, "register": _register,
@@ -176,8 +207,9 @@ RUNNERS: dict[str, Callable[[Context], dict[str, Any]]] = {
 
 
 def run_pipeline(run: Run, stages: Iterable[str] | None = None, redo: Iterable[str] = (),
-                 home: Path | None = None) -> dict[str, dict[str, Any]]:
-    """Run the given stages (default: all, registration only when enabled) in order."""
+                 home: Path | None = None, world: Any = None) -> dict[str, dict[str, Any]]:
+    """Run the given stages (default: all, registration only when enabled) in order; ``world``: this torchrun
+    worker's training.distributed.World (every rank calls this; only rank 0 should pass ``redo``)."""
     wanted = list(stages) if stages is not None else [
         s for s in STAGES if s != "register" or run.config.registration.enabled]
     unknown = [s for s in [*wanted, *redo] if s not in STAGES]
@@ -185,5 +217,25 @@ def run_pipeline(run: Run, stages: Iterable[str] | None = None, redo: Iterable[s
         raise TrainingError(f"unknown stage(s) {', '.join(unknown)}; stages: {', '.join(STAGES)}")
     for stage in redo:
         redo_stage(run, stage)
-    ctx = make_context(run, home)
+    ctx = make_context(run, home, world)
+    if world is not None:
+        return _run_distributed(ctx, [s for s in STAGES if s in wanted])
     return {stage: RUNNERS[stage](ctx) for stage in STAGES if stage in wanted}
+
+
+def _run_distributed(ctx: Context, stages: list[str]) -> dict[str, dict[str, Any]]:
+    """Every rank: the sharded stages together; the others on rank 0 while the rest wait at a barrier, which
+    they leave for good after the last sharded stage (evaluation and registration need only rank 0)."""
+    world, summaries = ctx.world, {}
+    last = max((STAGES.index(s) for s in stages if s in SHARDED), default=-1)
+    for stage in stages:
+        if stage in SHARDED:
+            summaries[stage] = RUNNERS[stage](ctx)
+            continue
+        if STAGES.index(stage) > last and not world.lead:
+            break
+        if world.lead:
+            summaries[stage] = RUNNERS[stage](ctx)
+        if STAGES.index(stage) < last:
+            world.barrier()  # the next sharded stage reads what rank 0 just wrote
+    return summaries

@@ -24,7 +24,6 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
-from tests.registry.test_postgres import pg_url  # noqa: F401  (a throwaway PostgreSQL cluster, module scope)
 from tests.router.conftest import ServedApp, openai_error, router_config, wait_for
 from tests.router.fakes import free_port
 
@@ -370,7 +369,7 @@ def test_locked_sqlite_registry_does_not_block_the_admin(registry, registry_url,
 
 
 @pytest.fixture(scope="module")
-def pg_registry(pg_url: str, fake_verifier: Any) -> str:  # noqa: F811  (the fixture imported above)
+def pg_registry(pg_url: str, fake_verifier: Any) -> str:  # pg_url: tests/postgres.py, through tests/conftest.py
     from polyspec.registry import open_registry
 
     with open_registry(pg_url) as reg:

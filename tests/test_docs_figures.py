@@ -76,3 +76,23 @@ def test_readme_headline_matches_the_registry(regenerated: Path) -> None:
     end = readme.index("<!-- end of headline table -->", begin) + len("<!-- end of headline table -->")
     assert readme[begin:end] == fresh, \
         f"README.md's headline table is stale: regenerate it with `{REGENERATE} --readme README.md`"
+
+
+def test_multilingual_comparison_matches_its_records(tmp_path: Path) -> None:
+    """docs/results.md §14 (the multilingual draft against the specialists) is scripts/multi_report.py's
+    rendering of the committed run records and CPU check; a shipped multilingual draft is the one measured."""
+    args = ["--multi", "docs/results/quality16d.json", "--specialists", "docs/results/quality16c.json",
+            "--cpu", "docs/results/multi_cpu_check.json"]
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "multi_report.py"), *args],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() in (ROOT / "docs" / "results.md").read_text(), (
+        f"docs/results.md §14 is stale: regenerate it with `python scripts/multi_report.py {' '.join(args)} "
+        "--results-md docs/results.md`")
+    manifest = json.loads((ROOT / "models" / "drafts" / "manifest.json").read_text())
+    multi = [d for d in manifest["drafts"] if d["role"] == "multilingual"]
+    assert len(multi) == 1 and multi[0]["provenance"]["run"] == "quality16d"
+    run4 = json.loads((DOCS / "quality16d.json").read_text())["records"]
+    shipped = {(e["language"], e["subset"]): e["mean_acceptance_length"] for e in multi[0]["evaluations"]}
+    measured = {(r["language"], r["subset"]): 1 + sum(r["positions"]) for r in run4 if r["mean_acceptance_length"]}
+    assert shipped.keys() == measured.keys() and all(shipped[k] == pytest.approx(measured[k]) for k in shipped)

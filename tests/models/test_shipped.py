@@ -55,11 +55,17 @@ def test_damaged_shipped_draft_is_refused(tmp_path):
 
 
 def test_checkout_lists_every_draft_with_its_weights():
-    """The checkout ships nine drafts, one per MT-Bench language, each with a model card whose sha256 block is
-    the manifest's; they stay out of the wheel (tests/test_install.py)."""
+    """The checkout ships nine drafts, one made first for each MT-Bench language (the multilingual one for
+    Japanese, and it lists all nine), each with a model card whose sha256 block is the manifest's; they stay out
+    of the wheel (tests/test_install.py)."""
     listed = checkout_drafts()
-    assert sorted(lang for d in listed for lang in d.languages) == sorted(
-        ["en", "fr", "de", "es", "it", "ru", "zh", "ja", "ko"])
+    nine = sorted(["en", "fr", "de", "es", "it", "ru", "zh", "ja", "ko"])
+    assert sorted(d.languages[0] for d in listed) == nine
+    multi = [d for d in listed if d.role == "multilingual"]
+    assert [sorted(d.languages) for d in multi] == [nine] and multi[0].languages[0] == "ja"
+    assert [d.languages for d in listed if d.role != "multilingual"] == [[d.languages[0]] for d in listed
+                                                                          if d.role != "multilingual"]
+    assert shipped_for_language("smollm2-135m-instruct", "ja").name == multi[0].name  # what `polyspec demo` would serve
     for d in listed:
         d.verify()
         assert (d.path / "model.safetensors").stat().st_size <= 25_000_000

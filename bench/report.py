@@ -101,23 +101,41 @@ def hostile_md(d: dict[str, Any]) -> str:
 
 
 def speed_policy_md(d: dict[str, Any]) -> str:
+    """docs/speed.md's table and the run's summary under it: every figure comes from the JSON."""
     lines = ["| language | no speculation tok/s | MAL policy tok/s | speed policy tok/s (95% CI) | speed / better other "
-             "(95% CI) | speed policy engine(s) | MAL policy engine(s) | predicted tok/s | n |",
-             "|---|---:|---:|---:|---:|---|---|---:|---:|"]
+             "(95% CI) | speed / no speculation (95% CI) | speed policy engine(s) | MAL policy engine(s) | "
+             "predicted tok/s | n |",
+             "|---|---:|---:|---:|---:|---:|---|---|---:|---:|"]
 
     def engines(counts: dict[str, int]) -> str:
         return ", ".join(f"{name} {n}" for name, n in sorted(counts.items(), key=lambda kv: -kv[1]))
 
+    def ratio(vs: dict[str, Any]) -> str:
+        if not vs.get("ci95"):
+            return "-"
+        crossed = " (crosses 1.0)" if vs["ci95"][0] <= 1.0 <= vs["ci95"][1] else ""
+        return f"{vs['ratio']:.3f} [{vs['ci95'][0]:.3f}, {vs['ci95'][1]:.3f}]{crossed}"
+
     for lang, r in d["languages"].items():
         ci = r["ci95"] or [None, None]
-        vs = r["speed_over_best_other"]
-        crossed = "" if not vs.get("ci95") else (" (crosses 1.0)" if vs["ci95"][0] <= 1.0 <= vs["ci95"][1] else "")
-        ratio = f"{vs['ratio']:.3f} [{vs['ci95'][0]:.3f}, {vs['ci95'][1]:.3f}]{crossed}" if vs.get("ci95") else "-"
         predicted = r["speed_policy_predicted_tps_mean"]
         lines.append(
             f"| {lang} | {r['no_spec_tps']:.2f} | {r['mal_policy_tps']:.2f} | {r['speed_policy_tps']:.2f} "
-            f"[{ci[0]}, {ci[1]}] | {ratio} vs {r['best_other']} | {engines(r['engines']['speed_policy'])} | "
+            f"[{ci[0]}, {ci[1]}] | {ratio(r['speed_over_best_other'])} vs {r['best_other']} | "
+            f"{ratio(r.get('speed_over_no_spec') or {})} | {engines(r['engines']['speed_policy'])} | "
             f"{engines(r['engines']['mal_policy'])} | {'-' if predicted is None else f'{predicted:.2f}'} | {r['n']} |")
+    settings, seconds = d.get("settings") or {}, d.get("seconds") or {}
+    if settings and seconds:
+        lines += ["", f"The run: {settings['turns']} MT-Bench first turns per language, {settings['max_tokens']} tokens "
+                  f"each, greedy, one request at a time, policies in rotating order; {len(d.get('calibration', []))} "
+                  f"engines (started in {seconds['engines_start'] / 60:.0f} of the run's {seconds['total'] / 60:.0f} "
+                  f"minutes), k = {settings['k']}."]
+        for lang in settings.get("no_draft", []):
+            r = d["languages"][lang]
+            lines.append(f"Language without a deployed draft ({lang}): the MAL policy used "
+                         f"{engines(r['engines']['mal_policy'])}, the speed policy {engines(r['engines']['speed_policy'])}; "
+                         f"speed / MAL policy {ratio(r['speed_over_mal'])}, speed / no speculation "
+                         f"{ratio(r['speed_over_no_spec'])}.")
     return "\n".join(lines)
 
 
@@ -155,6 +173,12 @@ def langid_md(d: dict[str, Any]) -> str:
               f"{now['restricted']['mixed']:,} |",
               f"| texts/s mixed, now / before | {d['targets']['mixed_texts_per_s_vs_before']} | "
               + " | ".join(f"{now[m]['mixed'] / before[m]['mixed']:.2f}" for m in ("unrestricted", "restricted")) + " |"]
+    release = d["texts_per_s"].get("release")
+    if release is not None:  # JSON from before the release path was timed has no such row
+        lines.append(f"| texts/s mixed, now / release (f8ae327: {release['unrestricted']['mixed']:,} and "
+                     f"{release['restricted']['mixed']:,}) | {d['targets']['mixed_texts_per_s_vs_release']} | "
+                     + " | ".join(f"{now[m]['mixed'] / release[m]['mixed']:.2f}" for m in ("unrestricted", "restricted"))
+                     + " |")
     lines += ["", "| threshold | fallback (short) | routed accuracy (short) | misrouted (short) | cross-script misrouted "
               "| utility c=1 | c=2 | c=4 |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in d["short_sweep"]:

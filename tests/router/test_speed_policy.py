@@ -235,3 +235,22 @@ def test_a_draft_with_evidence_on_another_language_is_a_candidate_for_it() -> No
     live = {("it", "general", "de@1"): SpecCounts(requests=1, num_spec_steps=10)}  # no such pool: ignored
     # Pools without speculation first, then drafts with evidence on Italian (the English one has none).
     assert [p.draft for p in extra_pools(build_table(deps, "en"), "it", "general", live, None)] == ["none", "fr@1"]
+
+
+def test_docs_settings_table_shows_the_router_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/speed.md's table of POLYSPEC_ROUTER_… settings says what RouterConfig actually defaults to (the
+    speed policy among them), so the page cannot drift from the code."""
+    import re
+    from pathlib import Path
+
+    from polyspec.router.config import RouterConfig
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "speed.md").read_text()
+    rows = re.findall(r"^\| `([A-Z_]+)` \| `?([^`|]+?)`? \|", text, flags=re.M)
+    assert {name for name, _ in rows} >= {"POLICY", "EXPLORE_SHARE", "SPEED_CONFIDENCE_Z", "PRIOR_SPEC_STEPS"}
+    fields = RouterConfig.model_fields
+    for name, shown in rows:
+        default = fields[name.lower()].default
+        assert shown == str(default), (name, shown, default)
+    monkeypatch.delenv("POLYSPEC_ROUTER_POLICY", raising=False)
+    assert RouterConfig().policy == "speed"

@@ -60,9 +60,17 @@ class LangStats:
     """What the demo's client saw of one language: the one counter type, summed per response."""
 
     counts: SpecCounts = field(default_factory=SpecCounts)
+    drafts: dict[str, int] = field(default_factory=dict)  # draft that answered -> requests (the router's header)
 
-    def add(self, spec: dict[str, Any] | None, tokens: int) -> None:
+    def add(self, spec: dict[str, Any] | None, tokens: int, draft: str | None = None) -> None:
         self.counts = self.counts + SpecCounts.from_vllm_metrics(spec, tokens)
+        if draft:
+            self.drafts[draft] = self.drafts.get(draft, 0) + 1
+
+    @property
+    def main_draft(self) -> str | None:
+        """The draft that answered most of this language's requests (the speed policy may pick any)."""
+        return max(self.drafts, key=lambda d: (self.drafts[d], d)) if self.drafts else None
 
     @property
     def mal(self) -> float | None:
@@ -254,7 +262,7 @@ def send_traffic(base: str, questions: int, max_tokens: int, console: Any,
             spec = (body.get("metrics") or {}).get("speculative_decoding")
             tokens = int((body.get("usage") or {}).get("completion_tokens", 0))
             h = raw.headers
-            stats.setdefault(h.get("x-polyspec-language", "?"), LangStats()).add(spec, tokens)
+            stats.setdefault(h.get("x-polyspec-language", "?"), LangStats()).add(spec, tokens, h.get("x-polyspec-draft"))
             speed.append({"language": lang, "text": text, "backend": h.get("x-polyspec-backend", "?"),
                           "predicted_tps": float(h.get("x-polyspec-predicted-tps") or 0) or None,
                           "tokens": tokens, "seconds": seconds})
@@ -331,7 +339,8 @@ def speed_table(rows: list[dict[str, Any]]) -> Any:
     return table
 
 
-def acceptance_table(stats: dict[str, LangStats], reg: Any, refs: dict[str, str]) -> Any:
+def acceptance_table(stats: dict[str, LangStats], reg: Any) -> Any:
+    """Per language: the draft(s) that answered it, live acceptance, and the main draft's offline figure on it."""
     from rich.table import Table
 
     # the vLLM figures on the 12 MT-Bench questions are closest to the demo's traffic; any other otherwise
@@ -345,8 +354,10 @@ def acceptance_table(stats: dict[str, LangStats], reg: Any, refs: dict[str, str]
         if not c.requests:
             continue
         pos = [f"{a:.2f}" if c.num_spec_steps else "-" for a in (c.acceptance + [0.0, 0.0, 0.0])[:3]]
-        ev = offline.get((refs.get(lang, ""), lang))
-        table.add_row(lang, refs.get(lang, "-"), str(c.requests), str(c.completion_tokens), *pos,
+        main = s.main_draft
+        ev = offline.get((main, lang)) if main else None
+        drafts = ", ".join(f"{d} ×{n}" for d, n in sorted(s.drafts.items(), key=lambda kv: (-kv[1], kv[0])))
+        table.add_row(lang, drafts or "-", str(c.requests), str(c.completion_tokens), *pos,
                       f"{s.mal:.2f}" if s.mal else "-", f"{ev.mean_acceptance_length:.2f}" if ev else "-")
     return table
 
@@ -393,7 +404,7 @@ def demo(
                     speed: list[dict[str, Any]] = []
                     results["stats"] = send_traffic(base, questions, max_tokens, console, speed)
                     with open_registry() as reg:
-                        console.print(acceptance_table(results["stats"], reg, refs))
+                        console.print(acceptance_table(results["stats"], reg))
                     for row in speed:
                         row["plain"] = plain.get(row["text"])
                     console.print(speed_table(speed))

@@ -55,8 +55,14 @@ def test_lang_stats_follow_vllm_definitions():
     s.add({"acceptance_histogram": [2, 3, 3, 2]}, 40)  # 10 steps: >=1: 8, >=2: 5, >=3: 2; accepted 15
     s.add({"acceptance_histogram": [5, 3, 1, 1]}, 20)  # 10 steps: >=1: 5, >=2: 2, >=3: 1; accepted 8
     s.add(None, 7)  # a response without speculative figures still counts as a request
+    assert s.drafts == {} and s.main_draft is None  # no draft header given: nothing attributed
+    for draft in ("fr@1", "en@1", "fr@1"):
+        s.add(None, 0, draft)
+    # The acceptance table names the drafts that answered (the speed policy may send English to the French
+    # draft) and takes the offline figure of the one that answered most.
+    assert s.drafts == {"fr@1": 2, "en@1": 1} and s.main_draft == "fr@1"
     c = s.counts
-    assert (c.requests, c.completion_tokens, c.num_spec_steps, c.num_accepted_tokens) == (3, 67, 20, 23)
+    assert (c.requests, c.completion_tokens, c.num_spec_steps, c.num_accepted_tokens) == (6, 67, 20, 23)
     assert c.accepted_per_pos == (13, 7, 3)
     assert s.mal == pytest.approx(1 + 23 / 20)
 

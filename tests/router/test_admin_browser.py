@@ -139,6 +139,12 @@ def test_dashboard_renders_charts_and_tables(served_router, tmp_path):
 
         page.click("#refresh-table")
         page.wait_for_function("document.getElementById('status').textContent.includes('routing table refreshed')")
+        # The refresh's outcome survives the reloads that follow it for a while (the reload used to overwrite it
+        # within milliseconds, which a loaded CI machine missed): wait for the next one, then read the line.
+        loads = int(page.locator("#dashboard").get_attribute("data-loaded"))
+        page.wait_for_function(f"parseInt(document.getElementById('dashboard').dataset.loaded) > {loads}",
+                               timeout=15_000)
+        assert "routing table refreshed (2 backends)" in page.locator("#status").inner_text()
 
         loads = int(page.locator("#dashboard").get_attribute("data-loaded"))
         page.wait_for_function(f"parseInt(document.getElementById('dashboard').dataset.loaded) > {loads}",

@@ -5,6 +5,10 @@
   var api = root.dataset.api, refreshUrl = root.dataset.refreshUrl;
   var interval = parseInt(root.dataset.intervalMs, 10) || 5000;
   var statusEl = document.getElementById("status");
+  // The outcome of the last refresh click stays on the status line for a while: the reload that follows a
+  // refresh (or a periodic one) must not wipe it out at once, before anyone (or a browser test) could read it.
+  var NOTE_MS = 10000;
+  var refreshNote = { text: "", until: 0 };
   var POS_COLORS = ["#1f4fb8", "#4f7fe0", "#8fb0f0", "#bccff5", "#dbe5fa", "#eef3fd"];
 
   function fmt2(v) { return v == null ? "–" : Number(v).toFixed(2); }
@@ -151,7 +155,8 @@
     renderKpis(s); renderCharts(s); renderTables(s);
     document.getElementById("router-id").textContent = s.router_id;
     statusEl.textContent = "updated " + new Date().toLocaleTimeString() +
-      (s.registry_error ? " · registry unavailable: " + s.registry_error : "");
+      (s.registry_error ? " · registry unavailable: " + s.registry_error : "") +
+      (Date.now() < refreshNote.until ? " · " + refreshNote.text : "");
     root.dataset.loaded = String((parseInt(root.dataset.loaded || "0", 10) || 0) + 1);
   }
 
@@ -171,11 +176,15 @@
       .then(function (r) { return r.json().then(function (body) { return { ok: r.ok, body: body }; }); })
       .then(function (res) {
         var err = res.body.error ? res.body.error.message : res.body.detail;
-        statusEl.textContent = res.ok ? "routing table refreshed (" + res.body.backends + " backends)"
-                                      : "refresh failed: " + (err || "error");
+        refreshNote = { text: res.ok ? "routing table refreshed (" + res.body.backends + " backends)"
+                                     : "refresh failed: " + (err || "error"), until: Date.now() + NOTE_MS };
+        statusEl.textContent = refreshNote.text;
         return load();
       })
-      .catch(function (e) { statusEl.textContent = "refresh failed: " + e.message; })
+      .catch(function (e) {
+        refreshNote = { text: "refresh failed: " + e.message, until: Date.now() + NOTE_MS };
+        statusEl.textContent = refreshNote.text;
+      })
       .then(function () { btn.disabled = false; });
   });
 

@@ -139,7 +139,7 @@ def observe_speed(rt: RouterRuntime, job: Job, target: Target, language: str, co
         reason = "fallback"
     m.route_choices_of(language, target.pool.draft, reason).inc()
     if mine is not None and mine.tps is not None:
-        m.predicted_tps_of(language, target.pool.draft).set(mine.tps)
+        rt.telemetry.observe_prediction(language, target.pool.draft, mine.tps)
     if counts.tokens_per_second is not None:
         m.request_tps_of(language, target.pool.draft).observe(counts.tokens_per_second)
 

@@ -235,6 +235,7 @@ class Metrics:
 
 
 Key = tuple[str, str, str]
+_MAX_PREDICTED = 4096  # (language, draft) pairs kept for the dashboard
 
 
 class Telemetry:
@@ -255,6 +256,9 @@ class Telemetry:
         self.statuses: Counter[str] = Counter()
         self.confidence_counts = [0] * len(CONFIDENCE_BUCKETS)
         self.flushed_at: float | None = None
+        # The speed model's latest prediction per (stats language, draft), for the dashboard's predicted vs
+        # observed columns (the Prometheus gauge holds the same figure). Bounded as the metric labels are.
+        self.predicted: dict[tuple[str, str], float] = {}
 
     def observe_decision(self, language: str, domain: str, confidence: float, source: str) -> None:
         self.traffic[(language, domain)] += 1
@@ -268,6 +272,13 @@ class Telemetry:
     def observe_result(self, endpoint: str, language: str, domain: str, backend: str, status: str) -> None:
         self.statuses[status] += 1
         self.metrics.requests_of(endpoint, language, domain, backend, status).inc()
+
+    def observe_prediction(self, language: str, draft: str, tps: float) -> None:
+        """The predicted tokens/s of the pool that answered a request of ``language`` (its draft's name)."""
+        self.metrics.predicted_tps_of(language, draft).set(tps)
+        if len(self.predicted) >= _MAX_PREDICTED and (language, draft) not in self.predicted:
+            self.predicted.clear()  # the labels are bounded already; this only caps a pathological table
+        self.predicted[(language, draft)] = tps
 
     def observe_acceptance(self, key: Key, spec: Mapping[str, Any] | None, completion_tokens: int,
                            generation_s: float = 0.0) -> SpecCounts:
@@ -331,6 +342,8 @@ class Telemetry:
             ],
             "statuses": dict(self.statuses),
             "langid_confidence": {"buckets": list(CONFIDENCE_BUCKETS), "counts": list(self.confidence_counts)},
+            "predicted_tps": [{"language": lang, "draft": draft, "tps": tps}
+                              for (lang, draft), tps in sorted(self.predicted.items())],
             "backends": backends.describe() if backends is not None else [],
             "routing_table": table.describe() if table is not None else [],
         }

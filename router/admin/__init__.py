@@ -47,6 +47,8 @@ class AdminSources(Protocol):
 
     def traffic(self) -> dict[str, int] | None: ...  # routed requests per language
 
+    def predictions(self) -> dict[tuple[str, str], float]: ...  # (language, draft) -> latest predicted tokens/s
+
     def backend_statuses(self) -> list[BackendStatus]: ...
 
     async def registry_data(self, timeout_s: float) -> RegistryData: ...  # an error after timeout_s
@@ -72,6 +74,7 @@ def summary_of(sources: AdminSources, registry: RegistryData) -> dict[str, Any]:
         langid_counts=counts,
         langid_edges=edges,
         traffic=sources.traffic(),
+        predicted=sources.predictions(),
         backends=sources.backend_statuses(),
         registry=registry,
         threshold=sources.threshold,

@@ -183,6 +183,9 @@ class AppSources:
     def traffic(self) -> dict[str, int]:
         return traffic_by_language(self.snapshot())
 
+    def predictions(self) -> dict[tuple[str, str], float]:
+        return {(p["language"], p["draft"]): float(p["tps"]) for p in self.snapshot().get("predicted_tps", [])}
+
     def backend_statuses(self) -> list[BackendStatus]:
         return backend_statuses(self.snapshot())
 

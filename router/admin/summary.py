@@ -123,7 +123,7 @@ def _language_rows(
     return out
 
 
-def _live_rows(live: list[LiveRow], offline: dict) -> list[dict[str, Any]]:
+def _live_rows(live: list[LiveRow], offline: dict, predicted: Mapping[tuple[str, str], float]) -> list[dict[str, Any]]:
     rows = []
     for r in sorted(live, key=lambda r: (r.language, r.draft, r.domain)):
         ev = _offline_for(offline, r.draft, r.language)
@@ -135,6 +135,8 @@ def _live_rows(live: list[LiveRow], offline: dict) -> list[dict[str, Any]]:
             "offline_benchmark": ev.benchmark if ev else None,
             # completion tokens over engine wall time (live stats' generation_s): what the speed policy targets
             "observed_tps": r.counts.tokens_per_second,
+            # the speed model's latest prediction for this language's requests on this draft (this router's)
+            "predicted_tps": predicted.get((r.language, r.draft)),
         })
     return rows
 
@@ -183,6 +185,7 @@ def build_summary(
     registry: RegistryData,
     threshold: float | None = None,
     k: int | None = None,
+    predicted: Mapping[tuple[str, str], float] | None = None,
 ) -> dict[str, Any]:
     live = list(live)
     k = k or max([len(r.accepted_per_pos) for r in live] + [d.k for d in registry.drafts] + [3])
@@ -202,7 +205,7 @@ def build_summary(
             "healthy_backends": sum(b.healthy for b in backends),
         },
         "languages": languages,
-        "live": _live_rows(live, offline),
+        "live": _live_rows(live, offline, predicted or {}),
         "langid": {"edges": list(langid_edges), "counts": list(langid_counts), "total": sum(langid_counts), "threshold": threshold},
         "backends": [
             {"name": b.name, "url": b.url, "healthy": b.healthy, "languages": list(b.languages), "domain": b.domain,

@@ -62,6 +62,10 @@ def feed_telemetry(runtime) -> None:
     t.observe_acceptance(("en", "general", "en-chat@1"), {"acceptance_histogram": [3, 2, 3, 2]}, 30, 1.5)
     t.observe_acceptance(("fr", "general", "fr-chat@1"), {"acceptance_histogram": [5, 3, 1, 1]}, 25, 2.5)
     t.observe_acceptance(("de", "general", "en-chat@1"), None, 12)
+    # The speed policy's predictions for the pools that answered (the latest one per language and draft wins).
+    t.observe_prediction("en", "en-chat@1", 30.0)
+    t.observe_prediction("en", "en-chat@1", 24.5)
+    t.observe_prediction("fr", "fr-chat@1", 12.25)
 
 
 # en: 20 steps; >=1: 15, >=2: 10, >=3: 4 -> acceptance [0.75, 0.5, 0.2], MAL 2.45
@@ -151,6 +155,10 @@ def test_summary_reports_live_against_offline(admin_registry, no_token):
     assert live[("en", "en-chat@1")]["observed_tps"] == pytest.approx(20.0)  # 70 tokens over 3.5 s at the engine
     assert live[("fr", "fr-chat@1")]["observed_tps"] == pytest.approx(10.0)
     assert live[("de", "en-chat@1")]["observed_tps"] is None  # no engine time recorded
+    # Predicted next to observed, per language and draft (the dashboard's live table shows both).
+    assert live[("en", "en-chat@1")]["predicted_tps"] == pytest.approx(24.5)
+    assert live[("fr", "fr-chat@1")]["predicted_tps"] == pytest.approx(12.25)
+    assert live[("de", "en-chat@1")]["predicted_tps"] is None  # no prediction for German on that draft
     # fastText confidence histogram: 10 decisions, three of them at or below the 0.5 threshold.
     assert s["langid"]["total"] == 10 and s["langid"]["threshold"] == 0.5
     edges, counts = s["langid"]["edges"], s["langid"]["counts"]

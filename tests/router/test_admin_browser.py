@@ -123,6 +123,7 @@ def test_dashboard_renders_charts_and_tables(served_router, tmp_path):
         assert en_live.locator('[data-key="offline_mal"]').inner_text() == "2.20"
         assert en_live.locator('[data-key="delta"]').inner_text() == "+0.25"
         assert en_live.locator('[data-key="observed_tps"]').inner_text() == "20.0"  # 70 tokens in 3.5 s
+        assert en_live.locator('[data-key="predicted_tps"]').inner_text() == "24.5"  # the speed model's latest
         fr_live = page.locator('#table-live tr[data-language="fr"]')
         assert fr_live.locator('[data-key="observed_tps"]').inner_text() == "10.0"
         ru = page.locator('#table-drafts tr[data-language="ru"]')

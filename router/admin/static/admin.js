@@ -94,7 +94,7 @@
        { label: "spec steps", num: true }].concat(
         Array.from({ length: s.k }, function (_, i) { return { label: "pos " + (i + 1), num: true }; })).concat(
        [{ label: "live MAL", num: true }, { label: "offline MAL", num: true }, { label: "Δ", num: true },
-        { label: "tokens/s", num: true }]),
+        { label: "predicted tok/s", num: true }, { label: "observed tok/s", num: true }]),
       s.live.map(function (r) {
         var delta = (r.mean_acceptance_length != null && r.offline_mean_acceptance_length != null)
           ? r.mean_acceptance_length - r.offline_mean_acceptance_length : null;
@@ -105,6 +105,7 @@
                    td(fmt2(r.offline_mean_acceptance_length), "num", "offline_mal"),
                    td(delta == null ? "–" : (delta >= 0 ? "+" : "") + delta.toFixed(2),
                       "num delta " + (delta == null ? "" : delta >= 0 ? "pos" : "neg"), "delta"),
+                   td(r.predicted_tps == null ? "–" : r.predicted_tps.toFixed(1), "num", "predicted_tps"),
                    td(r.observed_tps == null ? "–" : r.observed_tps.toFixed(1), "num", "observed_tps"));
         return { attrs: ' data-language="' + esc(r.language) + '" data-draft="' + esc(r.draft) + '"', cells: cells };
       }), "no traffic recorded yet");

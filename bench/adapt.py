@@ -123,8 +123,11 @@ def prompts(language: str, limit: int = 400) -> tuple[list[str], list[str]]:
 
 def start_fleet(verifier: Any, root: Path, env_extra: dict[str, str]) -> tuple[subprocess.Popen, str, str, dict]:
     """A registry with the shipped English draft (and its evaluations) as the only, default deployment, then
-    `polyspec up` with capture on and the default (MAL) policy; returns (process, router base URL, registry URL, the
-    environment, for `polyspec adapt` to run with)."""
+    `polyspec up` with capture on and the MAL policy; returns (process, router base URL, registry URL, the
+    environment, for `polyspec adapt` to run with). The MAL policy, set here since the speed policy became the
+    default: a swapped-in draft then serves its language because it is that language's own pool, which is
+    what the adaptation bench and tests/adapt/test_e2e.py measure. Under the speed policy a CPU-sized
+    candidate that accepts less than the English draft would rightly lose Italian to it (docs/speed.md)."""
     from polyspec.models.shipped import shipped_for_language
     from polyspec.registry import open_registry
 
@@ -142,7 +145,7 @@ def start_fleet(verifier: Any, root: Path, env_extra: dict[str, str]) -> tuple[s
     env = {**os.environ, "POLYSPEC_REGISTRY_URL": url, "POLYSPEC_HOME": str(root / "home"), "POLYSPEC_ADMIN_TOKEN": "",
            "POLYSPEC_ROUTER_CAPTURE": "1", "POLYSPEC_ROUTER_CAPTURE_DIR": str(root / "capture"),
            "POLYSPEC_ROUTER_FLUSH_INTERVAL_S": "1", "POLYSPEC_ROUTER_REFRESH_INTERVAL_S": "5",
-           "POLYSPEC_ROUTER_READ_TIMEOUT_S": "300",
+           "POLYSPEC_ROUTER_READ_TIMEOUT_S": "300", "POLYSPEC_ROUTER_POLICY": "mal",
            "POLYSPEC_ADAPT_ROUTER_URLS": json.dumps([base]), **env_extra}
     proc = subprocess.Popen([sys.executable, "-m", "polyspec.cli", "up", "--port", str(port)], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=open(root / "up.log", "wb"))

@@ -26,6 +26,7 @@ MANIFEST = SHIPPED_DIR / "manifest.json"
 ENTRY_FILE = "manifest.json"  # beside a pulled draft: its own entry (name, checksums, evaluations, ...)
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+MAX_WEIGHTS_BYTES = 25_000_000  # a shipped draft's model.safetensors: the brief's 25 MB cap on binaries in git
 
 # A draft name becomes a directory name: one path component, no leading dot (no "..", no hidden dirs).
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")

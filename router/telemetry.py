@@ -59,21 +59,38 @@ class _Held:
             item.apply()
 
 
-class _HeldCounter:
-    """``inc`` of a prometheus Counter child, summed until the next collect."""
+class _HeldChild:
+    """One prometheus child series whose updates wait in `_Held` until the next collect."""
 
-    __slots__ = ("_child", "_held", "_amount", "_queued")
+    __slots__ = ("_child", "_held", "_queued")
 
     def __init__(self, child: Any, held: _Held) -> None:
-        self._child, self._held, self._amount, self._queued = child, held, 0.0, False
+        self._child, self._held, self._queued = child, held, False
+
+    def _mark(self) -> None:
+        """Queue this series for the next collect, once however many updates come before it."""
+        if not self._queued:
+            self._queued = True
+            self._held.queued.append(self)
+
+    def apply(self) -> None:
+        raise NotImplementedError
+
+
+class _HeldCounter(_HeldChild):
+    """``inc`` of a prometheus Counter child, summed until the next collect."""
+
+    __slots__ = ("_amount",)
+
+    def __init__(self, child: Any, held: _Held) -> None:
+        super().__init__(child, held)
+        self._amount = 0.0
 
     def inc(self, amount: float = 1) -> None:
         if amount < 0:  # prometheus_client's own rule, kept on the caller's path
             raise ValueError("Counters can only be incremented by non-negative amounts.")
         self._amount += amount
-        if not self._queued:
-            self._queued = True
-            self._held.queued.append(self)
+        self._mark()
 
     def apply(self) -> None:
         amount, self._amount, self._queued = self._amount, 0.0, False
@@ -81,14 +98,14 @@ class _HeldCounter:
             self._child.inc(amount)
 
 
-class _HeldHistogram:
+class _HeldHistogram(_HeldChild):
     """``observe`` of a prometheus Histogram child, counted per bucket until the next collect (a bisect
     instead of a locked scan of the buckets per observation)."""
 
-    __slots__ = ("_child", "_held", "_bounds", "_counts", "_sum", "_queued")
+    __slots__ = ("_bounds", "_counts", "_sum")
 
     def __init__(self, child: Any, held: _Held) -> None:
-        self._child, self._held, self._queued = child, held, False
+        super().__init__(child, held)
         self._bounds = list(child._upper_bounds)  # ends with +Inf
         self._counts = [0] * len(self._bounds)
         self._sum = 0.0
@@ -97,9 +114,7 @@ class _HeldHistogram:
         self._sum += amount
         if amount == amount:  # NaN falls in no bucket, as in prometheus_client (it only adds to the sum)
             self._counts[bisect_left(self._bounds, amount)] += 1
-        if not self._queued:
-            self._queued = True
-            self._held.queued.append(self)
+        self._mark()
 
     def apply(self) -> None:
         counts, total = self._counts, self._sum
@@ -111,19 +126,18 @@ class _HeldHistogram:
                 bucket.inc(n)
 
 
-class _HeldGauge:
+class _HeldGauge(_HeldChild):
     """``set`` of a prometheus Gauge child: the last value set before the next collect."""
 
-    __slots__ = ("_child", "_held", "_value", "_queued")
+    __slots__ = ("_value",)
 
     def __init__(self, child: Any, held: _Held) -> None:
-        self._child, self._held, self._value, self._queued = child, held, 0.0, False
+        super().__init__(child, held)
+        self._value = 0.0
 
     def set(self, value: float) -> None:
         self._value = float(value)
-        if not self._queued:
-            self._queued = True
-            self._held.queued.append(self)
+        self._mark()
 
     def apply(self) -> None:
         self._queued = False

@@ -30,6 +30,7 @@ from typing import Any
 from polyspec.core.atomic import atomic_write_json, atomic_write_text
 from polyspec.models.card import model_card
 from polyspec.models.checksums import sha256_tree
+from polyspec.models.shipped import MAX_WEIGHTS_BYTES as SIZE_LIMIT
 from polyspec.models.shipped import ShippedDraft
 from polyspec.registry.artifacts import SIDE_FILES
 
@@ -38,7 +39,6 @@ DRAFTS = ROOT / "models" / "drafts"
 VERIFIER = "smollm2-135m-instruct"
 BASE = "en-greedy-v8k"
 SHIPPED_FILES = ("config.json", "model.safetensors")
-SIZE_LIMIT = 25_000_000
 TOTAL_LIMIT = 200_000_000
 
 

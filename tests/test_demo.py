@@ -68,6 +68,28 @@ def test_lang_stats_follow_vllm_definitions():
 
 
 @pytest.mark.integration
+def test_a_baseline_engine_that_cannot_start_fails_the_demo_clearly(tmp_path, monkeypatch):
+    """The no-speculation baseline on a verifier folder with no model in it: vLLM exits, and the demo says which
+    engine failed, where its log is, and how to skip the baseline, instead of a traceback or a hang."""
+    from polyspec.core.console import console
+    from polyspec.core.settings import reset_settings_cache
+    from polyspec.demo import DemoError, plain_baseline
+
+    monkeypatch.setenv("POLYSPEC_HOME", str(tmp_path / "home"))
+    reset_settings_cache()  # the engine log goes under this test's home
+    empty = tmp_path / "not-a-model"
+    empty.mkdir()
+    try:
+        with pytest.raises(DemoError) as caught:
+            plain_baseline(empty, questions=1, max_tokens=8, engines=2, console=console())
+    finally:
+        reset_settings_cache()
+    message = str(caught.value)
+    assert "no-speculation engine failed" in message and "--no-baseline" in message
+    assert "demo-no-speculation.log" in message
+
+
+@pytest.mark.integration
 def test_demo_serves_the_shipped_drafts_from_an_empty_registry(verifier, registry_url, tmp_path):
     """`make demo`'s path: an empty registry gets the shipped drafts (checksummed, gated), two real engines
     load them, each language reaches its own engine, and French traffic shows real acceptance."""

@@ -61,7 +61,7 @@ def fleet(verifier, shared_data, tmp_path_factory: pytest.TempPathFactory) -> An
     proc, base, url, env = start_fleet(verifier, root, _adapt_env())
     try:
         italian, english = prompts("it")
-        yield {"url": url, "base": base, "env": env, "root": root, "italian": italian, "english": english}
+        yield {"url": url, "base": base, "env": env, "root": root, "italian": italian, "english": english, "proc": proc}
     finally:
         stop_fleet(proc, url)
 
@@ -76,6 +76,16 @@ def _wait(condition: Any, timeout: float, what: str) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(2)
+
+
+def _fleet_state(fleet: dict) -> str:
+    """For a failure message: whether `polyspec up` still runs, and the end of its log when it does not (a CI run
+    once found its router refusing connections during the canary, with nothing else to go on)."""
+    rc = fleet["proc"].poll()
+    if rc is None:
+        return "polyspec up is running"
+    log = (fleet["root"] / "up.log").read_text(errors="replace")[-3000:]
+    return f"polyspec up exited with {rc}; the end of up.log:\n{log}"
 
 
 def _captured(fleet: dict) -> int:
@@ -122,7 +132,8 @@ def test_adapt_trains_gates_canaries_and_swaps_under_traffic(fleet: dict) -> Non
         second = _adapt(fleet, "once", "--json")
         assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
         result = json.loads(second.stdout)
-        assert result["status"] == "swapped", json.dumps(result["details"], indent=1)[:4000]
+        assert result["status"] == "swapped", (json.dumps(result["details"], indent=1)[:4000], _fleet_state(fleet),
+                                               traffic.failures[:3])
         swap = reg.last_adaptation("it", "swap")
         candidate = reg.get_draft(swap.details["candidate"])
         assert candidate.status == "active" and candidate.languages == ["it"]
@@ -130,7 +141,7 @@ def test_adapt_trains_gates_canaries_and_swaps_under_traffic(fleet: dict) -> Non
         time.sleep(30)  # the swapped-in engine serves for a while under traffic
         after = {k: v - at_swap.get(k, 0) for k, v in traffic.backends.items() if k.startswith("it:")}
         print(f"Italian requests per engine in the 30 s after the swap: {after}")
-        # The default (MAL) policy: the language's own pool, now the candidate's, comes first.
+        # The fleet's MAL policy (bench.adapt.start_fleet): the language's own pool, now the candidate's, comes first.
         assert after.get(f"it:{swap.details['deployment']}", 0) > after.get("it:en-engine", 0), after
 
         back = _adapt(fleet, "rollback", "it", "--json")

@@ -9,7 +9,7 @@ import pytest
 
 from polyspec.models.drafts import inspect_draft
 from polyspec.models.shipped import (
-    MANIFEST, ShippedDraftError, checkout_drafts, shipped_drafts, shipped_for_language,
+    MANIFEST, MAX_WEIGHTS_BYTES, ShippedDraftError, checkout_drafts, shipped_drafts, shipped_for_language,
 )
 
 
@@ -68,7 +68,7 @@ def test_checkout_lists_every_draft_with_its_weights():
     assert shipped_for_language("smollm2-135m-instruct", "ja").name == multi[0].name  # what `polyspec demo` would serve
     for d in listed:
         d.verify()
-        assert (d.path / "model.safetensors").stat().st_size <= 25_000_000
+        assert (d.path / "model.safetensors").stat().st_size <= MAX_WEIGHTS_BYTES
         card = (d.path / "README.md").read_text()
         assert all(sha in card for sha in d.checksums.values()), d.name
     assert sum((d.path / "model.safetensors").stat().st_size for d in listed) <= 200_000_000

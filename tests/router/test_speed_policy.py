@@ -254,3 +254,19 @@ def test_docs_settings_table_shows_the_router_defaults(monkeypatch: pytest.Monke
         assert shown == str(default), (name, shown, default)
     monkeypatch.delenv("POLYSPEC_ROUTER_POLICY", raising=False)
     assert RouterConfig().policy == "speed"
+
+
+def test_predictions_kept_for_the_dashboard_stay_bounded_and_latest_wins() -> None:
+    """Telemetry.observe_prediction: one figure per (language, draft), the latest, and never more than the cap
+    however many distinct pairs a hostile or broken table produces (the dashboard reads this dict)."""
+    from polyspec.router import telemetry
+    from polyspec.router.telemetry import Telemetry
+
+    t = Telemetry("r")
+    t.observe_prediction("fr", "fr@1", 20.0)
+    t.observe_prediction("fr", "fr@1", 18.5)
+    assert t.predicted == {("fr", "fr@1"): 18.5}
+    for i in range(telemetry._MAX_PREDICTED + 10):
+        t.observe_prediction(f"l{i}", "d@1", float(i))
+    assert 0 < len(t.predicted) <= telemetry._MAX_PREDICTED
+    assert t.predicted[(f"l{telemetry._MAX_PREDICTED + 9}", "d@1")] == telemetry._MAX_PREDICTED + 9

@@ -66,7 +66,8 @@ def _open_or_create(check: Any = None, **knobs: Any) -> Any:
             if not source.is_done(stage):
                 break
             shared.append(stage)
-        typer.echo(f"reusing {', '.join(reuse_stages(run, source, shared)) or 'nothing'} of run {source.run_id}")
+        # stderr: with --json, stdout holds the summaries alone
+        typer.echo(f"reusing {', '.join(reuse_stages(run, source, shared)) or 'nothing'} of run {source.run_id}", err=True)
     return run
 
 

@@ -229,12 +229,13 @@ def run_fit(out_dir: Path, data_dir: Path, init_draft: Path, verifier_path: Path
         _trim_metrics(out_dir / METRICS, step)
     started = time.time()
     tokens = _train_epochs(out_dir, loader, model, opt, sched, cfg, (start_epoch, step, sum(per_epoch)), device, world)
+    peak = _cuda_peak_gib(device)  # GPU memory of this process' fit (issue 18 reports it per device)
     if world is None:
         save_draft(model.eval(), out_dir / "draft")
-        mine: dict[str, Any] = {}
+        mine: dict[str, Any] = {"tokens": tokens, "cuda_peak_gib": peak}
     else:
         mine = _save_sharded(model, out_dir / "draft", init_draft, verifier_path, cfg, world)
-        mine.update(rank=world.rank, tokens=tokens)
+        mine.update(rank=world.rank, tokens=tokens, cuda_peak_gib=peak)
         if not world.lead:
             return mine
     from polyspec.training.plots import plot_metrics
@@ -290,6 +291,15 @@ def _save_sharded(model: Any, out: Path, init_draft: Path, verifier_path: Path, 
         plain.load_state_dict(weights, strict=False)
         save_draft(plain.eval(), out)
     return {"weights_sha256": world.digest(weights)}
+
+
+def _cuda_peak_gib(device: str) -> float | None:
+    """Peak GPU memory allocated by torch in this process, in GiB; None off CUDA."""
+    if not str(device).startswith("cuda"):
+        return None
+    import torch
+
+    return round(torch.cuda.max_memory_allocated() / 2**30, 3)
 
 
 def _fit_summary(metrics_path: Path, per_epoch: list[int], start_epoch: int, seconds: float, device: str) -> dict:

@@ -166,7 +166,7 @@ def _fit(ctx: Context) -> dict[str, Any]:
 
 def _merge_fit(out: Path, results: list[dict[str, Any]]) -> dict[str, Any]:
     """Rank 0's summary plus what each rank trained on and the weights it ended with."""
-    keys = ("rank", "tokens", "weights_sha256")
+    keys = ("rank", "tokens", "weights_sha256", "cuda_peak_gib")
     return {**{k: v for k, v in results[0].items() if k not in keys}, "world_size": len(results),
             "ranks": [{k: r[k] for k in keys} for r in results]}
 

@@ -112,6 +112,7 @@ def _check_fit(run: Path, fit: dict, verifier, base_draft_dir: Path) -> None:
     assert fit["world_size"] == 2 and [r["rank"] for r in fit["ranks"]] == [0, 1]
     assert fit["resumed_from_epoch"] == 0  # from the FSDP checkpoint written before the kill
     assert all(r["tokens"] > 0 for r in fit["ranks"])  # both ranks trained on their own batches
+    assert all(r["cuda_peak_gib"] is None for r in fit["ranks"])  # on CPU no GPU memory is reported
     assert fit["ranks"][0]["weights_sha256"] == fit["ranks"][1]["weights_sha256"]
     steps = [json.loads(line)["step"] for line in (run / "fit" / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(fit["steps"])) and fit["steps"] == fit["planned_steps"] > 0  # written once, by rank 0

@@ -95,6 +95,7 @@ def test_tiny_run_resumes_and_beats_its_parent(verifier, base_draft_dir: Path, f
     assert {s: (run.stage_dir(s) / MARKER).read_bytes() for s in before} == before  # verified and skipped
     fit = summaries["fit"]
     assert fit["resumed_from_epoch"] == 0 and fit["steps"] == fit["planned_steps"]
+    assert fit["tokens"] > 0 and fit["cuda_peak_gib"] is None  # tokens for throughput; no GPU here
     steps = [json.loads(line)["step"] for line in (run.stage_dir("fit") / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(fit["steps"]))
     assert fit["last_epoch_loss"] < fit["first_loss"]

@@ -120,8 +120,9 @@ def test_cli_errors_are_one_line(tmp_path: Path, fr_prompts: Path, verifier) -> 
     states = {s["stage"]: s["state"] for s in json.loads(status.stdout)["stages"]}
     assert states["prompts"] == "done" and states["answers"] == "pending"
     shared = _cli("prompts", "fr", "--prompts", str(fr_prompts), "--run-id", "p2", "--verifier", str(verifier.path),
-                  "--mode", "from-scratch-custom-vocab", "--reuse-from", "p1", home=tmp_path)
-    assert shared.returncode == 0 and "reusing prompts of run p1" in shared.stdout, shared.stderr
+                  "--mode", "from-scratch-custom-vocab", "--reuse-from", "p1", "--json", home=tmp_path)
+    assert shared.returncode == 0 and "reusing prompts of run p1" in shared.stderr, shared.stderr
+    assert json.loads(shared.stdout)["stages"]["prompts"]["train"] == 43  # --json: stdout is the summaries alone
     ghost = _cli("prompts", "fr", "--prompts", str(fr_prompts), "--run-id", "p3", *common, "--reuse-from", "ghost",
                  home=tmp_path)
     assert ghost.returncode == 2 and "no run 'ghost'" in ghost.stderr and not (tmp_path / "runs" / "p3").exists()

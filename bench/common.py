@@ -12,7 +12,6 @@ import json
 import os
 import platform
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from polyspec.core.atomic import atomic_write_json
+from polyspec.core.ports import free_port  # noqa: F401  (the benches take it from here)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("POLYSPEC_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -92,12 +92,6 @@ def require_bench_venv(module: str | None = None) -> Path:
         if probe.returncode != 0:
             raise BenchError(f"{module} is not installed in {BENCH_VENV}: run `bash bench/setup_peers.sh`")
     return BENCH_PY
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None, headers: dict | None = None) -> None:

@@ -24,6 +24,7 @@ from types import TracebackType
 
 from pydantic import BaseModel, Field, field_validator
 
+from polyspec.core.ports import free_port
 from polyspec.core.hostcpu import DtypeChoice, choose_dtype, normalize_dtype
 from polyspec.core.selfcheck import Reference, SelfCheckFailed, SelfCheckReport, check_engine
 
@@ -121,12 +122,6 @@ class EngineSpec(BaseModel):
         env.setdefault("DO_NOT_TRACK", "1")
         env.update(self.env)
         return env
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def _tail(path: Path, lines: int = 40) -> str:

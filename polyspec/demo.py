@@ -285,7 +285,8 @@ def plain_baseline(verifier_path: str | Path, questions: int, max_tokens: int, e
     import httpx
 
     from polyspec.fleet import share_cpus
-    from polyspec.models.vllm_engine import EngineError, EngineSpec, VllmEngine, free_port
+    from polyspec.core.ports import free_port
+    from polyspec.models.vllm_engine import EngineError, EngineSpec, VllmEngine
 
     spec = EngineSpec(**share_cpus({"verifier": verifier_path, "draft": None, "host": "127.0.0.1",
                                     "port": free_port(), **LAUNCH}, engines))

@@ -150,7 +150,16 @@ def test_adapt_trains_gates_canaries_and_swaps_under_traffic(fleet: dict) -> Non
     assert traffic.failures == [], traffic.failures[:5]
     assert traffic.requests > 50
     _check_audit_trail(reg, candidate, swap)
+    _print_timeline(reg)
     reg.close()
+
+
+def _print_timeline(reg: Any) -> None:
+    """Seconds from the trigger to each step (with -s: where this long test spends its time)."""
+    events = reg.adaptation_events("it")
+    first = events[0].created_at
+    print("adaptation timeline:", ", ".join(
+        f"{e.step}/{e.status} +{(e.created_at - first).total_seconds():.0f}s" for e in events if e.created_at))
 
 
 def _check_audit_trail(reg: Any, candidate: Any, swap: Any) -> None:

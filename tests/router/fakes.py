@@ -23,19 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
-from contextlib import closing
+
+from polyspec.core.ports import free_port  # noqa: F401  (the router tests take it from here)
 
 MODEL_ID = "broken-engine-model"
 MODES = ("crash", "error500", "hang", "drop", "flood", "nodone", "slow")
 FLOOD_BYTES = 512 * 1024 * 1024
-
-
-def free_port() -> int:
-    with closing(socket.socket()) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _response(status: str, body: bytes, content_type: str = "application/json", *, close: bool = False) -> bytes:

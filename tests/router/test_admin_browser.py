@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from polyspec.core.ports import free_port
 from tests.router.test_admin import DEAD_URL, EN_LIVE, FR_LIVE, feed_telemetry, populate_registry
 
 pytestmark = pytest.mark.browser
@@ -27,12 +27,6 @@ TOKEN = "browser-test-token"
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "img" / "dashboard.png"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture()
 def served_router(verifier, base_draft_dir, tmp_path, monkeypatch):
     import uvicorn
@@ -41,7 +35,7 @@ def served_router(verifier, base_draft_dir, tmp_path, monkeypatch):
     from polyspec.router.app import create_app
     from polyspec.router.config import RouterConfig
 
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     url = f"sqlite:///{tmp_path / 'registry.db'}"
     # en-general points at the router's own address: a real HTTP service that answers the health

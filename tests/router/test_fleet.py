@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,16 +16,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from polyspec.core.ports import free_port
 from polyspec.fleet import FleetError, plan_from_config, plan_from_registry, set_deployment_url
 from polyspec.fleet_config import FleetConfigError, load_fleet_config
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -116,7 +110,7 @@ def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> httpx
 
 
 def test_up_with_remote_engine_stops_cleanly_on_sigint(tmp_path, registry_url):
-    remote_port, router_port = _free_port(), _free_port()
+    remote_port, router_port = free_port(), free_port()
     config = _write(tmp_path, f"""
 router: {{port: {router_port}}}
 engines:
@@ -158,7 +152,7 @@ def _pids_with_arg(fragment: str) -> list[int]:
 
 @pytest.mark.integration
 def test_up_launches_a_real_engine_and_sigint_stops_it(verifier, base_draft_dir, tmp_path, registry_url):
-    engine_port, router_port = _free_port(), _free_port()
+    engine_port, router_port = free_port(), free_port()
     config = _write(tmp_path, f"""
 verifier: {verifier.path}
 router: {{port: {router_port}}}

@@ -36,8 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx  # noqa: E402
 import typer  # noqa: E402
 
-from bench.common import DATA, ROOT, BenchError, free_port, machine_info, wait_http  # noqa: E402
+from bench.common import DATA, ROOT, BenchError, machine_info, wait_http  # noqa: E402
 from polyspec.core.atomic import atomic_write_json  # noqa: E402
+from polyspec.core.ports import free_port  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results" / "adaptation.json"
 

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from polyspec.core.atomic import atomic_write_json
-from polyspec.core.ports import free_port  # noqa: F401  (the benches take it from here)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("POLYSPEC_SHARED_DATA", ROOT.parent / "shared" / "data"))

@@ -202,7 +202,7 @@ def start_engines(stack: ExitStack, workdir: Path) -> tuple[str, str]:
     from polyspec.models.verifiers import prepare_verifier
     from polyspec.models.vllm_engine import EngineSpec, VllmEngine
 
-    from bench.common import free_port
+    from polyspec.core.ports import free_port
 
     verifier = prepare_verifier()
     urls = []

@@ -17,7 +17,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.common import BENCH_VENV, ROOT, BenchError, free_port, require_bench_venv, stop_process, wait_http
+from bench.common import BENCH_VENV, ROOT, BenchError, require_bench_venv, stop_process, wait_http
+from polyspec.core.ports import free_port
 
 LITELLM_KEY = "sk-polyspec-bench"
 LITELLM_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_OFFLINE_MODE": "True",

@@ -24,8 +24,8 @@ from types import TracebackType
 
 from pydantic import BaseModel, Field, field_validator
 
-from polyspec.core.ports import free_port
 from polyspec.core.hostcpu import DtypeChoice, choose_dtype, normalize_dtype
+from polyspec.core.ports import free_port
 from polyspec.core.selfcheck import Reference, SelfCheckFailed, SelfCheckReport, check_engine
 
 log = logging.getLogger("polyspec.engine")

@@ -25,7 +25,7 @@ import uvicorn
 from fastapi.testclient import TestClient
 
 from tests.router.conftest import ServedApp, openai_error, router_config, wait_for
-from tests.router.fakes import free_port
+from polyspec.core.ports import free_port
 
 TOKEN = "surface-token"
 DEAD_URL = "http://127.0.0.1:9"  # discard port: refused at once

@@ -19,7 +19,8 @@ from pathlib import Path
 import httpx
 
 from tests.faults.conftest import wait_for
-from tests.router.fakes import BrokenEngine, free_port
+from tests.router.fakes import BrokenEngine
+from polyspec.core.ports import free_port
 
 GRACE_S = 3.0
 

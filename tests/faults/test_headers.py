@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.faults.conftest import router_config
-from tests.router.fakes import free_port
+from polyspec.core.ports import free_port
 
 LIMIT = 32 * 1024
 

@@ -16,7 +16,8 @@ import pytest
 import uvicorn
 
 from tests.conftest import SHARED_SERVED_NAME
-from tests.router.fakes import BrokenEngine, free_port
+from tests.router.fakes import BrokenEngine
+from polyspec.core.ports import free_port
 
 
 class ServedApp:

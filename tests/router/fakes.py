@@ -25,7 +25,7 @@ import asyncio
 import json
 import threading
 
-from polyspec.core.ports import free_port  # noqa: F401  (the router tests take it from here)
+from polyspec.core.ports import free_port
 
 MODEL_ID = "broken-engine-model"
 MODES = ("crash", "error500", "hang", "drop", "flood", "nodone", "slow")

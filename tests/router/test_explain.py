@@ -18,7 +18,8 @@ from typer.testing import CliRunner
 
 from polyspec.cli import app
 from tests.router.conftest import add_draft, serve_router
-from tests.router.fakes import BrokenEngine, free_port
+from tests.router.fakes import BrokenEngine
+from polyspec.core.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 FRENCH = "Bonjour, pouvez-vous m'expliquer comment fonctionne la photosynthèse chez les plantes vertes ?"

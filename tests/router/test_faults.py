@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from tests.router.conftest import chat, openai_error as _error, serve_router
-from tests.router.fakes import MODEL_ID, BrokenEngine, free_port
+from tests.router.fakes import MODEL_ID, BrokenEngine
+from polyspec.core.ports import free_port
 
 
 def test_every_replica_down_gives_503(registry, registry_url):

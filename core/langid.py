@@ -9,10 +9,11 @@ In order, cheapest first:
    Thai, Greek, Hebrew, Georgian, Armenian) is that language, with no model asked.
 2. fastText decides alone on a text of `SHORT_CHARS` characters or more.
 3. On a shorter text, where fastText is weak (about 80 % right on word pairs, under 60 % on single words),
-   its scores are first weighed by what the letters rule out (`langid_script.ruled_out`: Ukrainian letters
-   in "Russian", Latin labels for Han-only text) and, with no restriction, by how rare the language is
-   (`RARE_WEIGHT`); where its best label still leads the second by less than `MARGIN`, lingua
-   (`core.langid_short`) votes too.
+   three voters share the decision, with equal weight: fastText's scores, first weighed by what the letters
+   rule out (`langid_script.ruled_out`: Ukrainian letters in "Russian", Latin labels for Han-only text) and,
+   with no restriction, by how rare the language is (`RARE_WEIGHT`); how often each language uses the
+   text's words (`core.langid_words`, wordfreq's lists); and lingua (`core.langid_short`), asked only when
+   the first two leave the leader less than `LINGUA_LEAD` ahead.
 docs/benchmarks.md has the figures; the comments below say how the constants were chosen.
 `detect_cleaned_fasttext` is the fastText-only path, kept as the benchmark's baseline.
 """
@@ -25,28 +26,31 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from polyspec.core import langid_script, langid_short
+from polyspec.core import langid_script, langid_short, langid_words
 from polyspec.core.languages import UNDETERMINED  # re-exported: callers import it from here
 from polyspec.core.text import WINDOW, head_and_tail
 
 
 _ALL_LABELS = 176  # lid.176 knows 176 languages; asking for all gives scores for any restrict set
 _FIRST_K = 16  # enough to hold a served language for nearly every prompt; asking for fewer is cheaper
-# The next five were chosen on the tuning texts (`bench/langid.py --texts tuning`: the data pack's
+# The constants below were chosen on the tuning texts (`bench/langid.py --texts tuning`: the data pack's
 # train/*.jsonl, and train/more and gettext texts disjoint from the held-out ones); the figures docs quote
 # come from the held-out texts. Around the chosen values, 2-word accuracy moved by half a point or less.
-# Below this many cleaned characters (3-4 words) lingua may vote. Its gain shrinks with length (+2 points
-# on 5-word cuts at 32, nothing past 40) while its cost grows fast (a lingua call at 18-24 characters costs
-# several fastText calls, and more beyond): 24 keeps word pairs (almost all under 24 characters) in reach.
+# Below this many cleaned characters (3-4 words) the short-text vote runs. lingua's gain shrinks with length
+# (+2 points on 5-word cuts at 32, nothing past 40) while its cost grows fast (a lingua call at 18-24
+# characters costs several fastText calls, and more beyond): 24 keeps word pairs (almost all under 24
+# characters) in reach.
 SHORT_CHARS = 24
-# lingua is asked only when fastText's best (weighed) label leads its second by less than this: the smallest
-# lead that keeps 2-word accuracy within 1 point of asking always, for about 40 % fewer lingua calls. (0.8
-# was 0.3 points better on word pairs, for a third more lingua calls and single kanji lost to Chinese.)
-MARGIN = 0.5
-# lingua's share of the vote. Equal is the plain choice: 0.65 was 0.5 points better on the mean of word pairs
-# but cost English 11 points on single words and 2 on word pairs (lingua reads names and shared words as
-# other languages), and English is most of the traffic.
-LINGUA_WEIGHT = 0.5
+# On a short text fastText, word frequencies and lingua each have one vote (their scores, at most 1 in all):
+# equal is the plain choice, and on the tuning texts it was within 0.3 points on word pairs of the best split
+# tried (words' share 0.2-0.6).
+# lingua is asked only when the first two votes leave the leader less than this ahead. At 1 (its whole vote)
+# or more it could not change the winner; at 0.75 it is asked about 40 % less often than that, and word
+# pairs were 0.3 points better on the tuning texts (single words and pairs: 0.2-0.5 better on held-out).
+LINGUA_LEAD = 0.75
+# lingua chooses among the leading this many languages of the first two votes, not all candidates: its cost
+# grows with its candidates (4 cost a third of 29), and on the tuning texts word pairs lost 0.2 points.
+LINGUA_LANGUAGES = 4
 # A language whose alphabet lacks a letter of a short text (`langid_script.ruled_out`) keeps this share of its
 # score: a strong vote against it, not a verdict (a quoted foreign word can carry the letter).
 RULED_OUT_WEIGHT = 0.1
@@ -260,30 +264,52 @@ def _weighed(pairs: list[tuple[float, str]], out: langid_script.RuledOut, allowe
 
 def _vote(cleaned: str, pairs: list[tuple[float, str]], allowed: LabelSet | None,
           out: langid_script.RuledOut = langid_script.NOTHING) -> LangGuess | None:
-    """fastText's and lingua's votes on a short text, or None when lingua has no choice to make.
+    """The short-text vote of fastText, word frequencies and lingua (a vote each), or None when neither
+    of the last two has a choice to make.
 
-    The language with the most votes wins. Its confidence counts lingua's share only as far as fastText
-    believes the text is in one of lingua's candidates at all: lingua's confidences sum to 1 over its
-    candidates, so a text in none of the served languages would otherwise look certain, never fall back.
+    The language with the most votes wins. Its confidence is its share of the votes cast (a voter that
+    abstains casts none), where the words' and lingua's votes count only as far as fastText believes the
+    text is in one of their candidates at all: each sums to 1 over its candidates, so a text in none of the
+    served languages would otherwise look certain, never fall back.
     """
     candidates = langid_short.candidates(allowed.codes if allowed is not None else None)
-    lingua = langid_short.confidences(cleaned, candidates)
-    if not lingua:
-        return None
-    if out:
-        lingua = {code: value * (RULED_OUT_WEIGHT if code in out else 1.0) for code, value in lingua.items()}
-    votes = dict.fromkeys(lingua, 0.0)
-    share = 0.0
+    votes: dict[str, float] = {}
+    share = 0.0  # fastText's belief that the text is in one of the candidates
     for score, raw in pairs:
         if allowed is None or raw in allowed.raw:
             code = raw[len(_PREFIX):]
-            votes[code] = (1 - LINGUA_WEIGHT) * min(float(score), 1.0)
-            share += votes[code] if code in candidates else 0.0
-    share /= 1 - LINGUA_WEIGHT
-    for code, value in lingua.items():
-        votes[code] += LINGUA_WEIGHT * value
+            vote = votes[code] = min(float(score), 1.0)
+            if code in candidates:
+                share += vote
+    doubt = 1.0 - min(share, 1.0)
+    cast = 1  # voters that voted
+    against: dict[str, float] = {}  # per language, the part of its votes fastText doubts
+    words = langid_words.probabilities(cleaned, langid_words.candidates(candidates))
+    if words:
+        _add(votes, against, words, out, doubt)
+        cast += 1
+    ranked = sorted(votes, key=votes.__getitem__, reverse=True)
+    if len(ranked) < 2 or votes[ranked[0]] - votes[ranked[1]] < LINGUA_LEAD:
+        asked = frozenset([c for c in ranked if c in candidates][:LINGUA_LANGUAGES])
+        lingua = langid_short.confidences(cleaned, asked)
+        if lingua:
+            _add(votes, against, lingua, out, doubt)
+            cast += 1
+    if cast == 1:
+        return None
     best = max(votes, key=lambda c: (votes[c], c))  # the code breaks ties, so equal votes always go one way
-    return LangGuess(best, min(1.0, max(0.0, votes[best] - LINGUA_WEIGHT * (1 - share) * lingua.get(best, 0.0))))
+    return LangGuess(best, min(1.0, max(0.0, (votes[best] - against.get(best, 0.0)) / cast)))
+
+
+def _add(votes: dict[str, float], against: dict[str, float], voter: dict[str, float], out: langid_script.RuledOut,
+         doubt: float) -> None:
+    """Add a voter's probabilities to ``votes`` (a ruled-out language keeps `RULED_OUT_WEIGHT` of its own) and
+    the part of them fastText doubts to ``against``."""
+    for code, value in voter.items():
+        if code in out:
+            value *= RULED_OUT_WEIGHT
+        votes[code] = votes.get(code, 0.0) + value
+        against[code] = against.get(code, 0.0) + doubt * value
 
 
 def detect_cleaned(cleaned: str, allowed: LabelSet | None = None) -> LangGuess:
@@ -306,13 +332,13 @@ def detect_cleaned(cleaned: str, allowed: LabelSet | None = None) -> LangGuess:
 
 
 def _detect_short(cleaned: str, allowed: LabelSet | None) -> LangGuess:
-    """A short text: fastText's ranking, weighed (`_weight`), and lingua's vote where fastText hesitates."""
+    """A short text: fastText's ranking, weighed (`_weighed`), in a vote with word frequencies and lingua."""
     best, pairs = _fasttext(cleaned, allowed, _FIRST_K)
     out = langid_script.ruled_out(cleaned)
     if out or allowed is None:
         pairs = _weighed(pairs, out, allowed)
         best = _best(pairs, allowed)
-    if best is not None and best[0] - _second(pairs, allowed) < MARGIN:
+    if best is not None:
         voted = _vote(cleaned, pairs, allowed, out)
         if voted is not None:
             return voted
@@ -320,16 +346,18 @@ def _detect_short(cleaned: str, allowed: LabelSet | None) -> LangGuess:
 
 
 def warm_up(allowed: LabelSet | None = None) -> None:
-    """Load the models detection will use now, not on a request: fastText's, and lingua's for ``allowed``
-    (none without it: unrestricted detection loads lingua's models on its first short text)."""
+    """Load the models detection will use now, not on a request: fastText's, and lingua's and the word tables
+    for ``allowed`` (none without it: unrestricted detection loads them on its first short text)."""
     _get_detector()._get_model(low_memory=True)
     if allowed is not None:
-        langid_short.preload(langid_short.candidates(allowed.codes))
+        candidates = langid_short.candidates(allowed.codes)
+        langid_short.preload(candidates)
+        langid_words.preload(langid_words.candidates(candidates))
 
 
 def detect(text: str, restrict: Collection[str] | None = None) -> LangGuess:
     """The most likely language of ``text`` (ISO 639-1 where fastText has one) and its confidence: fastText's
-    score, or on a short text the votes of fastText and lingua (`detect_cleaned`).
+    score, or on a short text the votes of fastText, word frequencies and lingua (`detect_cleaned`).
 
     With ``restrict``, the best-scoring language among those codes (fastText's scores are not renormalised,
     so a low confidence still says the text is probably none of them). Text with nothing left after

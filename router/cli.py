@@ -47,8 +47,8 @@ def langid(
     as_json: bool = typer.Option(False, "--json", help="One JSON object per line: {text, language, confidence}."),
     restrict: Optional[str] = typer.Option(None, help="Comma-separated labels to choose from, e.g. fr,en,de."),
 ) -> None:
-    """Identify the language of each line of standard input (fastText lid.176, with lingua on short lines;
-    offline). Without --restrict, the first short line loads lingua's models for its script (a few seconds)."""
+    """Identify the language of each line of standard input (fastText lid.176, with word frequencies and lingua
+    on short lines; offline). Without --restrict, the first short line loads their models (a few seconds)."""
     from polyspec.core.langid import detect_many
 
     labels = [x.strip() for x in restrict.split(",") if x.strip()] if restrict else None
@@ -65,7 +65,7 @@ def langid(
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="Language identification (fastText lid.176 + lingua)")
+    table = Table(title="Language identification (fastText lid.176 + word frequencies + lingua)")
     table.add_column("text", overflow="fold")
     table.add_column("language")
     table.add_column("confidence", justify="right")

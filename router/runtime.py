@@ -93,7 +93,8 @@ class RouterRuntime:
             return self._refresh_failed(exc)
         if not table.pools and self.table.pools:
             return self._refuse_empty()
-        # lingua's models for the new table's languages load in a worker thread before the table serves:
+        # lingua's models and the word tables for the new table's languages load in a worker thread before the
+        # table serves:
         # otherwise the first short prompt of each language would load them on the event loop (0.8 s, GIL held).
         from polyspec.core.langid import warm_up
 

@@ -4,9 +4,11 @@ import json
 import subprocess
 import sys
 
+from typing import Any
+
 import pytest
 
-from polyspec.core import langid_short
+from polyspec.core import langid_short, langid_words
 from polyspec.core.langid import (
     FASTTEXT_CHARS, SHORT_CHARS, LangGuess, allowed_labels, clean_for_langid, detect, detect_cleaned, detect_cleaned_fasttext,
     detect_many, warm_up,
@@ -150,28 +152,30 @@ def test_text_in_no_served_language_stays_unsure() -> None:
     assert detect("Dziękuję bardzo").language == "pl"
 
 
-def test_hostile_inputs_cost_a_bounded_amount() -> None:
-    seen: list[int] = []
-    real = langid_short.confidences
+def test_hostile_inputs_cost_a_bounded_amount(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only short texts reach the short-text voters (lingua, word frequencies), whatever the input."""
+    seen: dict[str, list[int]] = {"lingua": [], "words": []}
 
-    def spy(text: str, langs: frozenset[str]) -> dict[str, float]:
-        seen.append(len(text))
-        return real(text, langs)
+    def spy(name: str, real: Any) -> Any:
+        def wrapped(text: str, langs: frozenset[str]) -> dict[str, float]:
+            seen[name].append(len(text))
+            return real(text, langs)
+        return wrapped
 
-    langid_short.confidences = spy
-    try:
-        one_word = "bonjour" * 150_000  # about 1 MB without a space
-        assert detect(one_word).confidence >= 0.0
-        assert detect_cleaned(one_word).language  # straight in, uncleaned: fastText reads it once, lingua never
-        controls = "".join(chr(c) for c in range(32)) + "\x7f\u200b\ufeff"
-        assert detect(controls + "Bonne nuit" + controls).language == "fr"
-        assert detect(controls * 1000).language in {"und", *langid_short.known(), "en"}
-        mixed = "hello привет 你好 مرحبا नमस्ते 안녕 שלום"
-        assert detect(mixed, restrict=["ru", "en"]).language in {"ru", "en"}
-        assert detect(mixed).confidence <= 1.0
-    finally:
-        langid_short.confidences = real
-    assert seen and max(seen) < SHORT_CHARS  # lingua only ever saw short texts
+    monkeypatch.setattr(langid_short, "confidences", spy("lingua", langid_short.confidences))
+    monkeypatch.setattr(langid_words, "probabilities", spy("words", langid_words.probabilities))
+    one_word = "bonjour" * 150_000  # about 1 MB without a space
+    assert detect(one_word).confidence >= 0.0
+    assert detect_cleaned(one_word).language  # straight in, uncleaned: fastText reads it once, lingua never
+    controls = "".join(chr(c) for c in range(32)) + "\x7f\u200b\ufeff"
+    assert detect(controls + "Bonne nuit" + controls).language == "fr"
+    assert detect(controls * 1000).language in {"und", *langid_short.known(), "en"}
+    mixed = "hello привет 你好 مرحبا नमस्ते 안녕 שלום"
+    assert detect(mixed, restrict=["ru", "en"]).language in {"ru", "en"}
+    assert detect(mixed).confidence <= 1.0
+    assert detect("La casa").language in {"es", "it", "pt"}  # a close call: lingua is asked
+    for name, lengths in seen.items():
+        assert lengths and max(lengths) < SHORT_CHARS, name
 
 
 def test_lingua_detectors_are_built_once_and_shared_between_threads() -> None:

@@ -169,12 +169,14 @@ class TeacherForcedAcceptance:
     def _generate(self, prompts: list[list[int]], batch_size: int, progress: bool, desc: str) -> list[list[int]]:
         from tqdm.auto import tqdm
 
+        from polyspec.models.batching import length_batches, max_padding_for
         from polyspec.models.generation import generate_greedy
 
-        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        device = next(self.verifier.parameters()).device
         out: list[list[int]] = [[] for _ in prompts]
-        for start in tqdm(range(0, len(order), batch_size), desc=f"answers {desc}", disable=not progress):
-            chunk = order[start : start + batch_size]
+        batches = list(length_batches([len(p) for p in prompts], max_batch_size=batch_size,
+                                      max_padding=max_padding_for(device), longest_first=False))
+        for chunk in tqdm(batches, desc=f"answers {desc}", disable=not progress):
             for i, gen in zip(chunk, generate_greedy(self.verifier, self.tokenizer, [prompts[i] for i in chunk],
                                                      self.max_new_tokens + self.k), strict=True):
                 out[i] = gen
@@ -183,13 +185,15 @@ class TeacherForcedAcceptance:
     def _trajectories(self, prompts: list[list[int]], answers: list[list[int]], max_batch_tokens: int) -> list[Trajectory]:
         import torch
 
-        from polyspec.models.hidden import forward_with_hidden
-        from polyspec.models.hidden import _batches  # noqa: PLC2701 - same package, same batching rule
+        from polyspec.models.batching import length_batches, max_padding_for
+        from polyspec.models.hidden import final_norm, forward_with_hidden
 
         seqs = [p + self._cut(a) for p, a in zip(prompts, answers, strict=True)]
         trajs: list[Trajectory | None] = [None] * len(seqs)
         device = next(self.verifier.parameters()).device
-        for batch in _batches([len(s) for s in seqs], max_batch_tokens, 256):
+        head, norm = self.verifier.get_output_embeddings(), final_norm(self.verifier)
+        for batch in length_batches([len(s) for s in seqs], max_batch_size=256, max_batch_tokens=max_batch_tokens,
+                                    max_padding=max_padding_for(device)):
             width = max(len(seqs[i]) for i in batch)
             ids = torch.zeros(len(batch), width, dtype=torch.long)
             mask = torch.zeros(len(batch), width, dtype=torch.long)
@@ -197,14 +201,16 @@ class TeacherForcedAcceptance:
                 ids[row, : len(seqs[i])] = torch.tensor(seqs[i])
                 mask[row, : len(seqs[i])] = 1
             with torch.inference_mode():
-                out, aux, _ = forward_with_hidden(self.verifier, ids.to(device), self.aux_layer_ids,
-                                                  attention_mask=mask.to(device))
-            greedy = out.logits.argmax(-1).cpu()
-            for row, i in enumerate(batch):
-                p, n = len(prompts[i]), len(seqs[i])
-                eos = next((j for j in range(p, n) if seqs[i][j] in self.eos), None)
-                mism = int((greedy[row, p - 1 : n - 1] != ids[row, p:n]).sum())
-                trajs[i] = Trajectory(seqs[i], p, aux[row, :n].clone(), eos, mism)
+                # logits only where an answer token is checked: the full-vocabulary logits of every
+                # prompt position would cost a fifth of the pass and ~200 KB per token
+                _, aux, last = forward_with_hidden(self.verifier, ids.to(device), self.aux_layer_ids,
+                                                   attention_mask=mask.to(device), logits_to_keep=1)
+                for row, i in enumerate(batch):
+                    p, n = len(prompts[i]), len(seqs[i])
+                    greedy = head(norm(last[row, p - 1 : n - 1])).argmax(-1).cpu()
+                    eos = next((j for j in range(p, n) if seqs[i][j] in self.eos), None)
+                    mism = int((greedy != ids[row, p:n]).sum())
+                    trajs[i] = Trajectory(seqs[i], p, aux[row, :n].clone(), eos, mism)
         return [t for t in trajs if t is not None]
 
     def answer_ids(self, traj: Trajectory, max_new_tokens: int | None = None) -> list[int]:
@@ -230,9 +236,13 @@ class TeacherForcedAcceptance:
         if list(draft.config.eagle_aux_hidden_state_layer_ids) != self.aux_layer_ids:
             raise AcceptanceError(f"draft reads aux layers {draft.config.eagle_aux_hidden_state_layer_ids}, "
                                   f"trajectories hold {self.aux_layer_ids}")
+        from polyspec.models.batching import length_batches, max_padding_for
+
         trajs = self.groups[group]
-        details = []
-        for start in range(0, len(trajs), batch_size):
-            chunk = trajs[start : start + batch_size]
-            details += [replay(t, a, self.k, budget) for t, a in zip(chunk, chain_lengths(draft, chunk, self.k), strict=True)]
-        return AcceptanceResult.of_details(details, self.k)
+        details: list[PromptAcceptance | None] = [None] * len(trajs)
+        for batch in length_batches([len(t.token_ids) for t in trajs], max_batch_size=batch_size,
+                                    max_padding=max_padding_for(trajs[0].aux.device)):
+            chunk = [trajs[i] for i in batch]
+            for i, t, a in zip(batch, chunk, chain_lengths(draft, chunk, self.k), strict=True):
+                details[i] = replay(t, a, self.k, budget)
+        return AcceptanceResult.of_details([d for d in details if d is not None], self.k)

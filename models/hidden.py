@@ -53,7 +53,8 @@ def load_verifier_model(
     return model.to(device).eval(), tokenizer
 
 
-def _final_norm(model: PreTrainedModel) -> torch.nn.Module:
+def final_norm(model: PreTrainedModel) -> torch.nn.Module:
+    """The verifier's final norm: its input is the last pre-norm state, its output feeds the LM head."""
     inner = getattr(model, "model", None)
     norm = getattr(inner, "norm", None)
     if norm is None:
@@ -68,7 +69,7 @@ def _capture_norm_input(model: PreTrainedModel) -> Iterator[list[torch.Tensor]]:
     def hook(_module: Any, args: tuple[Any, ...]) -> None:
         seen.append(args[0])
 
-    handle = _final_norm(model).register_forward_pre_hook(hook)
+    handle = final_norm(model).register_forward_pre_hook(hook)
     try:
         yield seen
     finally:
@@ -118,20 +119,6 @@ def capture_hidden_states(
     return aux[0].cpu(), last[0].cpu()
 
 
-def _batches(lengths: list[int], max_batch_tokens: int, max_batch_size: int) -> Iterator[list[int]]:
-    """Indices grouped longest-first so that padding stays small and each batch fits the budget."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batch: list[int] = []
-    for i in order:
-        width = lengths[batch[0]] if batch else lengths[i]
-        if batch and ((len(batch) + 1) * width > max_batch_tokens or len(batch) >= max_batch_size):
-            yield batch
-            batch = []
-        batch.append(i)
-    if batch:
-        yield batch
-
-
 def capture_hidden_states_batched(
     model: PreTrainedModel,
     sequences: Sequence[Sequence[int]],
@@ -154,9 +141,12 @@ def capture_hidden_states_batched(
     lengths = [len(s) for s in sequences]
     if any(n == 0 for n in lengths):
         raise HiddenStateError("cannot capture hidden states of an empty sequence")
+    from polyspec.models.batching import length_batches, max_padding_for
+
     device = next(model.parameters()).device
     bar = tqdm(total=len(sequences), desc="hidden states", unit="seq", disable=not progress)
-    for batch in _batches(lengths, max_batch_tokens, max_batch_size):
+    for batch in length_batches(lengths, max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens,
+                                max_padding=max_padding_for(device)):
         width = max(lengths[i] for i in batch)
         ids = torch.zeros(len(batch), width, dtype=torch.long)
         mask = torch.zeros(len(batch), width, dtype=torch.long)

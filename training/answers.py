@@ -125,6 +125,7 @@ def answer_with_transformers(
 ) -> None:
     from rich.progress import Progress
 
+    from polyspec.models.batching import length_batches, max_padding_for
     from polyspec.models.hidden import load_verifier_model
 
     import torch
@@ -134,11 +135,12 @@ def answer_with_transformers(
     eos = eos_ids(tokenizer, model.generation_config)
     templated = [(rec, template_prompt(tokenizer, rec["messages"])) for rec in records]
     templated = _drop_long(templated, cfg.max_prompt_tokens)
-    templated.sort(key=lambda rp: len(rp[1]))  # similar lengths per batch: less padding
+    batches = length_batches([len(p) for _, p in templated], max_batch_size=cfg.batch_size,
+                             max_padding=max_padding_for(device), longest_first=False)
     with Progress(console=console, transient=False) as progress:
         task = progress.add_task("verifier answers", total=len(templated))
-        for start in range(0, len(templated), cfg.batch_size):
-            batch = templated[start : start + cfg.batch_size]
+        for indices in batches:
+            batch = [templated[i] for i in indices]
             outputs = _generate_batch(model, tokenizer, [p for _, p in batch], cfg)
             rows = []
             for (rec, prompt_ids), generated in zip(batch, outputs, strict=True):

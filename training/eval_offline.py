@@ -75,7 +75,7 @@ class OfflineScorer:
 
     def _answer_round(self, convs: list[list[dict[str, str]]]) -> list[str]:
         group = f"round{len(self.tf.groups) + 1}"
-        # the teacher-forced pass keeps full-vocabulary logits of a whole batch: 8k tokens are ~1.6 GB in float32
+        # the teacher-forced pass holds every layer's states of a whole batch: 8k tokens are ~0.6 GB in float32
         max_tokens = 65536 if self.device.startswith("cuda") else 8192
         trajs = self.tf.add_groups({group: convs}, batch_size=self.options.batch_size, max_batch_tokens=max_tokens,
                                    progress=self.options.progress)[group]

@@ -33,6 +33,9 @@ from polyspec.core.text import WINDOW, head_and_tail
 
 _ALL_LABELS = 176  # lid.176 knows 176 languages; asking for all gives scores for any restrict set
 _FIRST_K = 16  # enough to hold a served language for nearly every prompt; asking for fewer is cheaper
+# On a short text, fastText's labels below this score are left out of the vote: they could not change it, and
+# each pair fastText returns costs a Python tuple and a pass of the vote (16 labels cost twice what 1 does).
+_PAIR_FLOOR = 1e-3
 # The constants below were chosen on the tuning texts (`bench/langid.py --texts tuning`: the data pack's
 # train/*.jsonl, and train/more and gettext texts disjoint from the held-out ones); the figures docs quote
 # come from the held-out texts. Around the chosen values, 2-word accuracy moved by half a point or less.
@@ -141,6 +144,7 @@ def _normalise(code: str) -> str:
 
 
 _PREFIX = "__label__"
+_PREFIX_LEN = len(_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -190,7 +194,7 @@ def _predictor(cleaned: str) -> tuple[Any, str]:
 
 
 def _best(pairs: list[tuple[float, str]], allowed: LabelSet | None) -> tuple[float, str] | None:
-    """The first allowed pair: ``pairs`` come best first (fastText ranks its labels; `_weighed` sorts again),
+    """The first allowed pair: ``pairs`` come best first (fastText ranks its labels),
     so that is the best allowed one, and of equal scores the first, as a stable sort by score keeps."""
     if allowed is None:
         return pairs[0] if pairs else None
@@ -201,12 +205,15 @@ def _best(pairs: list[tuple[float, str]], allowed: LabelSet | None) -> tuple[flo
     return None
 
 
-def _fasttext(cleaned: str, allowed: LabelSet | None, k: int) -> tuple[tuple[float, str] | None, list[tuple[float, str]]]:
-    """fastText's best allowed (score, label) and the (score, label) pairs it was chosen from."""
+def _fasttext(cleaned: str, allowed: LabelSet | None, k: int, floor: float = 0.0
+              ) -> tuple[tuple[float, str] | None, list[tuple[float, str]]]:
+    """fastText's best allowed (score, label) and the (score, label) pairs it was chosen from: its top ``k``
+    labels scoring at least ``floor``, or more when none of them is allowed."""
     predict, line = _predictor(cleaned)
     # fastText's top k are exactly the first k of its full ranking, so the best allowed label among them is
     # the best allowed label overall; only when none of the top k is allowed is the full ranking needed.
-    pairs = predict(line, k, 0.0, "strict")
+    # (The best label scores at least 1/176, so a floor below that never leaves the first call empty.)
+    pairs = predict(line, k, floor, "strict")
     best = _best(pairs, allowed)
     for wider in (_FIRST_K, _ALL_LABELS):
         if best is not None or allowed is None or wider <= k:
@@ -248,39 +255,35 @@ _COMMON_RAW = frozenset(_PREFIX + code for code in langid_short.COMMON)
 
 
 def _weighed(pairs: list[tuple[float, str]], out: langid_script.RuledOut, allowed: LabelSet | None
-             ) -> list[tuple[float, str]]:
-    """fastText's (score, label) pairs on a short text, each score times the share its language keeps (see
-    the constants), best first again."""
-    if out:
-        pairs = [(score * (RULED_OUT_WEIGHT if raw[len(_PREFIX):] in out else 1.0)
-                  * (RARE_WEIGHT if allowed is None and raw not in _COMMON_RAW else 1.0), raw) for score, raw in pairs]
-    elif allowed is None:  # the common case, kept to one cheap pass: it runs on every short text
-        pairs = [(score if raw in _COMMON_RAW else score * RARE_WEIGHT, raw) for score, raw in pairs]
-    else:
-        return pairs
-    pairs.sort(reverse=True)
-    return pairs
+             ) -> dict[str, float]:
+    """fastText's vote on a short text: the score of each allowed language of ``pairs``, times the share it
+    keeps (see the constants), at most 1."""
+    raw_allowed = None if allowed is None else allowed.raw
+    ruled = bool(out)
+    votes: dict[str, float] = {}
+    for score, raw in pairs:
+        if raw_allowed is not None and raw not in raw_allowed:
+            continue
+        code = raw[_PREFIX_LEN:]
+        if ruled and code in out:
+            score *= RULED_OUT_WEIGHT
+        if raw_allowed is None and raw not in _COMMON_RAW:
+            score *= RARE_WEIGHT
+        votes[code] = score if score < 1.0 else 1.0
+    return votes
 
 
-def _vote(cleaned: str, pairs: list[tuple[float, str]], allowed: LabelSet | None,
-          out: langid_script.RuledOut = langid_script.NOTHING) -> LangGuess | None:
-    """The short-text vote of fastText, word frequencies and lingua (a vote each), or None when neither
-    of the last two has a choice to make.
+def _vote(cleaned: str, votes: dict[str, float], allowed: LabelSet | None, out: langid_script.RuledOut) -> LangGuess:
+    """The short-text vote of fastText (``votes``, from `_weighed`), word frequencies and lingua, a vote each.
 
     The language with the most votes wins. Its confidence is its share of the votes cast (a voter that
     abstains casts none), where the words' and lingua's votes count only as far as fastText believes the
     text is in one of their candidates at all: each sums to 1 over its candidates, so a text in none of the
-    served languages would otherwise look certain, never fall back.
+    served languages would otherwise look certain, never fall back. When both abstain, fastText's weighed
+    score is the confidence.
     """
     candidates = langid_short.candidates(allowed.codes if allowed is not None else None)
-    votes: dict[str, float] = {}
-    share = 0.0  # fastText's belief that the text is in one of the candidates
-    for score, raw in pairs:
-        if allowed is None or raw in allowed.raw:
-            code = raw[len(_PREFIX):]
-            vote = votes[code] = min(float(score), 1.0)
-            if code in candidates:
-                share += vote
+    share = sum([v for c, v in votes.items() if c in candidates])  # fastText's belief the text is in a candidate
     doubt = 1.0 - min(share, 1.0)
     cast = 1  # voters that voted
     against: dict[str, float] = {}  # per language, the part of its votes fastText doubts
@@ -289,15 +292,16 @@ def _vote(cleaned: str, pairs: list[tuple[float, str]], allowed: LabelSet | None
         _add(votes, against, words, out, doubt)
         cast += 1
     ranked = sorted(votes, key=votes.__getitem__, reverse=True)
-    if len(ranked) < 2 or votes[ranked[0]] - votes[ranked[1]] < LINGUA_LEAD:
+    # a language alone in the vote leads by its whole vote (fastText's floor left the others out)
+    if votes[ranked[0]] - (votes[ranked[1]] if len(ranked) > 1 else 0.0) < LINGUA_LEAD:
         asked = frozenset([c for c in ranked if c in candidates][:LINGUA_LANGUAGES])
         lingua = langid_short.confidences(cleaned, asked)
         if lingua:
             _add(votes, against, lingua, out, doubt)
             cast += 1
-    if cast == 1:
-        return None
     best = max(votes, key=lambda c: (votes[c], c))  # the code breaks ties, so equal votes always go one way
+    if cast == 1:
+        return LangGuess(best, votes[best])
     return LangGuess(best, min(1.0, max(0.0, (votes[best] - against.get(best, 0.0)) / cast)))
 
 
@@ -333,16 +337,11 @@ def detect_cleaned(cleaned: str, allowed: LabelSet | None = None) -> LangGuess:
 
 def _detect_short(cleaned: str, allowed: LabelSet | None) -> LangGuess:
     """A short text: fastText's ranking, weighed (`_weighed`), in a vote with word frequencies and lingua."""
-    best, pairs = _fasttext(cleaned, allowed, _FIRST_K)
+    best, pairs = _fasttext(cleaned, allowed, _FIRST_K, _PAIR_FLOOR)
+    if best is None:
+        return _guess(best, allowed)
     out = langid_script.ruled_out(cleaned)
-    if out or allowed is None:
-        pairs = _weighed(pairs, out, allowed)
-        best = _best(pairs, allowed)
-    if best is not None:
-        voted = _vote(cleaned, pairs, allowed, out)
-        if voted is not None:
-            return voted
-    return _guess(best, allowed)
+    return _vote(cleaned, _weighed(pairs, out, allowed), allowed, out)
 
 
 def warm_up(allowed: LabelSet | None = None) -> None:

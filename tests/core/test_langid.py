@@ -152,6 +152,21 @@ def test_text_in_no_served_language_stays_unsure() -> None:
     assert detect("Dziękuję bardzo").language == "pl"
 
 
+def test_a_language_alone_in_the_vote_leads_by_its_whole_vote(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fastText's labels under 0.001 stay out of the vote. Restricted to fr and en, "Merci beaucoup" leaves fr
+    alone (fastText: fr 0.99, de 0.002, nothing else above the floor): it wins with fastText's score, and
+    lingua is not asked, as it would not be were en in the vote at 0.0001."""
+    def lingua(text: str, langs: frozenset[str]) -> dict[str, float]:
+        raise AssertionError(f"lingua asked about {text!r}")
+
+    monkeypatch.setattr(langid_short, "confidences", lingua)
+    monkeypatch.setattr(langid_words, "probabilities", lambda text, langs: {})  # words abstain
+    guess = detect("Merci beaucoup", restrict=["fr", "en"])
+    assert guess.language == "fr" and 0.98 < guess.confidence <= 1.0
+    monkeypatch.undo()
+    assert detect("Merci beaucoup", restrict=["fr", "en"]).language == "fr"  # with every voter
+
+
 def test_hostile_inputs_cost_a_bounded_amount(monkeypatch: pytest.MonkeyPatch) -> None:
     """Only short texts reach the short-text voters (lingua, word frequencies), whatever the input."""
     seen: dict[str, list[int]] = {"lingua": [], "words": []}

@@ -186,7 +186,7 @@ class TeacherForcedAcceptance:
         import torch
 
         from polyspec.models.batching import length_batches, max_padding_for
-        from polyspec.models.hidden import final_norm, forward_with_hidden
+        from polyspec.models.hidden import final_norm, forward_with_hidden, right_padded
 
         seqs = [p + self._cut(a) for p, a in zip(prompts, answers, strict=True)]
         trajs: list[Trajectory | None] = [None] * len(seqs)
@@ -194,12 +194,7 @@ class TeacherForcedAcceptance:
         head, norm = self.verifier.get_output_embeddings(), final_norm(self.verifier)
         for batch in length_batches([len(s) for s in seqs], max_batch_size=256, max_batch_tokens=max_batch_tokens,
                                     max_padding=max_padding_for(device)):
-            width = max(len(seqs[i]) for i in batch)
-            ids = torch.zeros(len(batch), width, dtype=torch.long)
-            mask = torch.zeros(len(batch), width, dtype=torch.long)
-            for row, i in enumerate(batch):
-                ids[row, : len(seqs[i])] = torch.tensor(seqs[i])
-                mask[row, : len(seqs[i])] = 1
+            ids, mask = right_padded(seqs, batch)
             with torch.inference_mode():
                 # logits only where an answer token is checked: the full-vocabulary logits of every
                 # prompt position would cost a fifth of the pass and ~200 KB per token
@@ -228,6 +223,8 @@ class TeacherForcedAcceptance:
     def measure(self, draft: Eagle3DraftModel, group: str, *, max_new_tokens: int | None = None,
                 batch_size: int = 32) -> AcceptanceResult:
         """Acceptance of ``draft`` on a stored group (max_new_tokens at most the one generated with)."""
+        from polyspec.models.batching import length_batches, max_padding_for
+
         budget = max_new_tokens or self.max_new_tokens
         if budget > self.max_new_tokens:
             raise AcceptanceError(f"trajectories hold {self.max_new_tokens} tokens; asked for {budget}")
@@ -236,8 +233,6 @@ class TeacherForcedAcceptance:
         if list(draft.config.eagle_aux_hidden_state_layer_ids) != self.aux_layer_ids:
             raise AcceptanceError(f"draft reads aux layers {draft.config.eagle_aux_hidden_state_layer_ids}, "
                                   f"trajectories hold {self.aux_layer_ids}")
-        from polyspec.models.batching import length_batches, max_padding_for
-
         trajs = self.groups[group]
         details: list[PromptAcceptance | None] = [None] * len(trajs)
         for batch in length_batches([len(t.token_ids) for t in trajs], max_batch_size=batch_size,

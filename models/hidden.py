@@ -119,6 +119,20 @@ def capture_hidden_states(
     return aux[0].cpu(), last[0].cpu()
 
 
+def right_padded(sequences: Sequence[Sequence[int]], batch: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``sequences[i]`` for each i of ``batch`` as rows of (input ids, attention mask), padded on the right to the
+    longest: real tokens keep positions 0..T_i-1, so their states equal the unbatched ones."""
+    import torch
+
+    width = max(len(sequences[i]) for i in batch)
+    ids = torch.zeros(len(batch), width, dtype=torch.long)
+    mask = torch.zeros(len(batch), width, dtype=torch.long)
+    for row, i in enumerate(batch):
+        ids[row, : len(sequences[i])] = torch.as_tensor(sequences[i], dtype=torch.long)
+        mask[row, : len(sequences[i])] = 1
+    return ids, mask
+
+
 def capture_hidden_states_batched(
     model: PreTrainedModel,
     sequences: Sequence[Sequence[int]],
@@ -147,12 +161,7 @@ def capture_hidden_states_batched(
     bar = tqdm(total=len(sequences), desc="hidden states", unit="seq", disable=not progress)
     for batch in length_batches(lengths, max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens,
                                 max_padding=max_padding_for(device)):
-        width = max(lengths[i] for i in batch)
-        ids = torch.zeros(len(batch), width, dtype=torch.long)
-        mask = torch.zeros(len(batch), width, dtype=torch.long)
-        for row, i in enumerate(batch):
-            ids[row, : lengths[i]] = torch.as_tensor(sequences[i], dtype=torch.long)
-            mask[row, : lengths[i]] = 1
+        ids, mask = right_padded(sequences, batch)
         with torch.inference_mode():
             _, aux, last = forward_with_hidden(model, ids.to(device), aux_layer_ids, attention_mask=mask.to(device))
         aux, last = aux.cpu(), last.cpu()

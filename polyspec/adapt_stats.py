@@ -10,11 +10,18 @@ Two one-sided tests on live counters (the registry's live stats, differenced ove
   (each poll's new tokens and seconds is one sample), with its delta-method variance
   sum((t_i - R s_i)^2) / (n (n - 1) mean(s)^2).
 
-Both use the normal approximation (z); with few polls it is optimistic, which is why the canary waits for
-``canary_min_requests`` per arm and needs at least MIN_WINDOWS polls with traffic in each. A canary is rolled
-back when either test finds it slower at level alpha; otherwise it is promoted: the gate already showed
-it better offline, and the canary's job is to catch what offline cannot (a slow engine, a live mix that
-differs).
+The acceptance test uses the normal approximation (z): its variance comes from the counts, not from a
+handful of samples. The tokens/s test estimates its variance from the polls themselves, so it is Welch's
+t-test (Welch-Satterthwaite degrees of freedom from each arm's polls): with three polls a z-test is
+badly optimistic (z = -2.1 reads p = 0.018 where t with 2 degrees of freedom gives 0.085; a CI run rolled
+back a candidate on that, whose acceptance test read p = 0.16).
+
+The canary looks at its figures every poll. Testing at alpha at every look would roll back a candidate as
+good as the old engine far more often than alpha, so the looks follow Haybittle-Peto: the decision look
+(the first poll with ``canary_min_requests`` per arm and every test possible, or the deadline) tests at
+alpha; the looks before it roll back only at INTERIM_ALPHA, for a candidate that is plainly worse. A
+candidate not worse at the decision look is promoted: the gate already showed it better offline, and the
+canary's job is to catch what offline cannot (a slow engine, a live mix that differs).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from statistics import NormalDist
 from polyspec.core.speed import expected_tokens, step_variance
 
 MIN_WINDOWS = 3
+INTERIM_ALPHA = 0.001  # Haybittle-Peto's boundary for the looks before the decision look
 
 
 @dataclass
@@ -93,6 +101,25 @@ def _z_test(metric: str, a: float, var_a: float, b: float, var_b: float) -> Test
     return Test(metric, a, b, z, NormalDist().cdf(z))
 
 
+def student_t_cdf(t: float, dof: float) -> float:
+    """P(T <= t) for Student's t with ``dof`` (real, > 0) degrees of freedom, via the regularized incomplete beta."""
+    from mpmath import betainc
+
+    tail = 0.5 * float(betainc(dof / 2, 0.5, 0, dof / (dof + t * t), regularized=True))
+    return tail if t < 0 else 1.0 - tail
+
+
+def _welch_test(metric: str, a: tuple[float, float, int], b: tuple[float, float, int]) -> Test:
+    """One-sided Welch test of (estimate, variance of the estimate, samples) a against b."""
+    (ra, va, na), (rb, vb, nb) = a, b
+    spread = math.sqrt(va + vb)
+    if spread <= 1e-9 * max(abs(ra), abs(rb), 1.0):  # float noise of identical polls is no variance
+        return Test(metric, ra, rb, None, 0.0 if ra < rb else 1.0, "no variance: compared as they are")
+    dof = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))  # Welch-Satterthwaite
+    t = (ra - rb) / spread
+    return Test(metric, ra, rb, t, student_t_cdf(t, dof), f"Welch t, {dof:.1f} degrees of freedom")
+
+
 def acceptance_test(cand: Arm, old: Arm) -> Test:
     """Tokens per verify step of the candidate against the old engine's."""
     ea, eb = cand.tokens_per_step, old.tokens_per_step
@@ -122,7 +149,11 @@ def tps_test(cand: Arm, old: Arm) -> Test:
     if a is None or b is None:
         return Test("tokens_per_s", cand.tps, old.tps, None, None,
                     f"fewer than {MIN_WINDOWS} polls with traffic on one side")
-    return _z_test("tokens_per_s", a[0], a[1], b[0], b[1])
+    return _welch_test("tokens_per_s", (*a, _polls(cand.windows)), (*b, _polls(old.windows)))
+
+
+def _polls(windows: Sequence[tuple[int, float]]) -> int:
+    return sum(1 for _, s in windows if s > 0)
 
 
 @dataclass
@@ -138,18 +169,21 @@ class Verdict:
 def verdict(cand: Arm, old: Arm, *, alpha: float, min_requests: int, final: bool) -> Verdict:
     """promote, rollback, or wait for more traffic. ``final``: the canary's time is up. Then too little traffic
     rolls back, and a test without enough polls falls back to its point estimates (the candidate must not
-    be lower)."""
+    be lower). Before the decision look (enough requests on both arms, every test possible) only a test
+    worse at INTERIM_ALPHA rolls back (Haybittle-Peto; the module's docstring says why)."""
     tests = [acceptance_test(cand, old), tps_test(cand, old)]
-    worse = [t for t in tests if t.worse(alpha)]
-    if worse:
-        return Verdict("rollback", [f"candidate {t.metric} {t.candidate:.3f} vs {t.old:.3f}: worse at "
-                                    f"p = {t.p_worse:.4f} < {alpha}" for t in worse], tests)
     short = [a.name for a in (cand, old) if a.requests < min_requests]
+    undecided = [t for t in tests if t.p_worse is None]
+    level = alpha if final or not (short or undecided) else min(alpha, INTERIM_ALPHA)
+    worse = [t for t in tests if t.worse(level)]
+    if worse:
+        look = "" if level == alpha else " (an early look)"
+        return Verdict("rollback", [f"candidate {t.metric} {t.candidate:.3f} vs {t.old:.3f}: worse at "
+                                    f"p = {t.p_worse:.4f} < {level}{look}" for t in worse], tests)
     if short:
         why = f"{', '.join(short)}: fewer than {min_requests} requests"
         return Verdict("rollback", [f"not enough canary traffic ({why})"], tests) if final else \
             Verdict("wait", [why], tests)
-    undecided = [t for t in tests if t.p_worse is None]
     if undecided and not final:
         return Verdict("wait", [f"{t.metric}: {t.note}" for t in undecided], tests)
     lower = [t for t in undecided if t.candidate is None or t.old is None or t.candidate < t.old]

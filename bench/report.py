@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
-SYSTEMS = ["direct", "polyspec", "litellm", "vllm_router"]
+SYSTEMS = ["direct", "polyspec", "python_floor", "litellm", "vllm_router"]
 
 
 def overhead_md(d: dict[str, Any]) -> str:
@@ -35,6 +35,7 @@ def overhead_md(d: dict[str, Any]) -> str:
                              f"{s['p99_ms'] - base['p99_ms']:+.2f} | {s['ttfb_p50_ms']:.2f} | {s['rps']:.0f} | "
                              f"{s.get('cpu_ms_per_req', '–')} | {s.get('rss_mb', '–')} | {s['errors']} |")
         lines.append("")
+    lines += _floor_md(d)
     lines += ["Targets (reported, not asserted): `" + json.dumps(d["targets"]) + "`", ""]
     prof = d.get("profile")
     if prof:
@@ -44,6 +45,26 @@ def overhead_md(d: dict[str, Any]) -> str:
         lines += ["", "| top self time | share |", "|---|---:|"]
         lines += [f"| `{r['function']}` | {100 * r['share']:.1f}% |" for r in prof["self"][:12]]
     return "\n".join(lines)
+
+
+def _floor_md(d: dict[str, Any]) -> list[str]:
+    """Router CPU per request against the floor (bench/python_floor.py), when the run measured it."""
+    floor = d["targets"].get("cpu_floor_ms_per_req")
+    if not floor:
+        return []
+    lines = ["Router CPU per request, ms (non-streamed / streamed): polyspec, the Python floor (its server and "
+             "upstream client with nothing on top), polyspec's own work (the difference) and vllm-router:", "",
+             "| conc | polyspec | floor | polyspec − floor | vllm_router | issue 14's target |", "|---:|---:|---:|---:|---:|---:|"]
+    for conc, by in d["concurrency"].items():
+        cells = []
+        for name in ("polyspec", "python_floor"):
+            cells.append(f"{by[name]['cpu_ms_per_req']:.2f} / {by[name]['stream']['cpu_ms_per_req']:.2f}")
+        own = d["targets"]["cpu_over_floor_ms_per_req"][conc]
+        cells.append(f"{own[0]:.2f} / {own[1]:.2f}")
+        vr = by.get("vllm_router")
+        cells.append(f"{vr['cpu_ms_per_req']:.2f} / {vr['stream']['cpu_ms_per_req']:.2f}" if vr else "–")
+        lines.append(f"| {conc} | " + " | ".join(cells) + " | 0.40 |")
+    return [*lines, ""]
 
 
 def load_md(d: dict[str, Any]) -> str:

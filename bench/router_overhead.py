@@ -39,11 +39,12 @@ from rich.table import Table  # noqa: E402
 from bench import profiling  # noqa: E402
 from bench.common import BenchError, machine_info, mtbench_turns, write_json  # noqa: E402
 from bench.servers import (  # noqa: E402
-    SERVED_LANGUAGES, Server, make_registry, start_backend, start_litellm, start_polyspec, start_vllm_router,
+    SERVED_LANGUAGES, Server, make_registry, start_backend, start_litellm, start_polyspec, start_python_floor,
+    start_vllm_router,
 )
 
 ROUTER_CPU, CLIENT_CPU = "0", "1"
-SYSTEMS = ["direct", "polyspec", "polyspec_base", "litellm", "vllm_router"]
+SYSTEMS = ["direct", "polyspec", "polyspec_base", "python_floor", "litellm", "vllm_router"]
 PACKAGES = {"polyspec": "polyspec", "core": "core", "models": "models", "registry": "registry", "router": "router",
             "training": "training"}  # installed name under polyspec/ -> folder of the tree (pyproject's package-dir)
 console = Console(width=150)
@@ -188,6 +189,12 @@ def issue14(results: dict[str, Any]) -> dict[str, Any]:
         added = {n: round(top[n]["p50_ms"] - top["direct"]["p50_ms"], 3) for n in ("polyspec", "vllm_router")}
         out["c256_p50_added_ms"] = added
         out["c256_p50_no_worse_than_vllm_router"] = added["polyspec"] <= added["vllm_router"]
+    if all("polyspec" in r and "python_floor" in r for r in results.values()):
+        # What polyspec's own work costs: its CPU per request over the floor's (the same server and client
+        # with nothing on top), [non-streamed, streamed]; the floor alone is what no change to that work removes.
+        out["cpu_floor_ms_per_req"] = {conc: _cpu(r["python_floor"]) for conc, r in results.items()}
+        out["cpu_over_floor_ms_per_req"] = {conc: [round(a - b, 3) for a, b in zip(_cpu(r["polyspec"]), _cpu(r["python_floor"]))]
+                                            for conc, r in results.items()}
     if all("polyspec" in r and "polyspec_base" in r for r in results.values()):
         out["cpu_vs_baseline"] = {conc: [round(a / max(b, 1e-6), 2) for a, b in zip(_cpu(r["polyspec"]), _cpu(r["polyspec_base"]))]
                                   for conc, r in results.items()}  # [non-streamed, streamed]
@@ -228,6 +235,8 @@ def start_all(workdir: Path, systems: list[str], servers: dict[str, Server], pol
         pkg = baseline_tree(workdir, baseline, baseline_folders or set(PACKAGES.values()))
         base = start_polyspec(workdir, reg, ROUTER_CPU, extra_env={**env, "PYTHONPATH": str(pkg)})
         servers["polyspec_base"] = Server("polyspec_base", base.url, base.proc, base.log, base.headers)
+    if "python_floor" in systems:
+        servers["python_floor"] = start_python_floor(workdir, backend, ROUTER_CPU)
     if "litellm" in systems:
         servers["litellm"] = start_litellm(workdir, backend, ROUTER_CPU)
     if "vllm_router" in systems:
@@ -254,7 +263,7 @@ def run_matrix(servers: dict[str, Server], systems: list[str], concs: list[int],
 
 def main(
     quick: bool = typer.Option(False, "--quick", help="Smoke run: concurrency 1 and 16, few requests."),
-    systems: str = typer.Option(",".join(SYSTEMS), help="Comma-separated subset of direct,polyspec,litellm,vllm_router."),
+    systems: str = typer.Option(",".join(SYSTEMS), help="Comma-separated subset of direct,polyspec,python_floor,litellm,vllm_router."),
     max_seconds: float = typer.Option(12.0, help="Time bound of each load run (seconds)."),
     requests: int = typer.Option(1500, help="Count bound of each load run (at least 8 x concurrency)."),
     profile: bool = typer.Option(True, "--profile/--no-profile", help="py-spy profile of polyspec at concurrency 64."),

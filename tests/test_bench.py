@@ -272,3 +272,18 @@ def test_langid_page_shows_the_recorded_run() -> None:
             assert all(data["accuracy"][cut][system][mode]["mean"] > 0 for cut, _ in CUTS)
             assert all(data["texts_per_s"][system][mode][cut] > 0 for cut in [*(c for c, _ in CUTS), "mixed"])
     assert data["texts_per_s"]["release"]["unrestricted"]["mixed"] > 0
+
+
+def test_router_overhead_page_shows_the_recorded_run() -> None:
+    """docs/benchmarks.md's router-overhead tables (with the floor's) are bench/report.py's rendering of the
+    committed router_overhead.json: regenerate them with `bench/report.py router_overhead.json`."""
+    from pathlib import Path
+
+    from bench.report import overhead_md
+
+    root = Path(__file__).resolve().parents[1]
+    data = json.loads((root / "docs" / "benchmarks" / "router_overhead.json").read_text())
+    page = (root / "docs" / "benchmarks.md").read_text()
+    assert overhead_md(data).strip() in page
+    if "python_floor" in data["concurrency"]["1"]:
+        assert "| conc | polyspec | floor | polyspec − floor | vllm_router |" in page

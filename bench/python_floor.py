@@ -1,0 +1,99 @@
+"""The Python floor of a router: a benchmark backend, never a product part.
+
+The same HTTP server as `polyspec serve` (uvicorn with httptools and uvloop, no access log, no proxy
+headers) in front of the same upstream client (an aiohttp session with a keep-alive pool), and nothing
+else: no language ID, no policy, no telemetry, no header checks. A POST to /v1/... is forwarded to the
+backend as it came and the answer relayed (a stream read by read, as `router.stream` relays it).
+
+bench/router_overhead.py runs it as the ``python_floor`` system, beside polyspec and vllm-router in one
+run: what it costs per request is what any router built on this stack pays before doing anything, so
+polyspec's CPU per request minus the floor's is what polyspec's own work costs, and the floor bounds
+what optimising that work can reach.
+
+    .venv/bin/python bench/python_floor.py --port 8500 --backend http://127.0.0.1:8400
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import aiohttp
+import uvicorn
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+_JSON = [(b"content-type", b"application/json")]
+
+
+class Floor:
+    """Raw ASGI: /health answers, POST /v1/... is forwarded to ``backend``; everything else is a 404."""
+
+    def __init__(self, backend: str) -> None:
+        self.backend = backend.rstrip("/")
+        self.session: aiohttp.ClientSession | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif scope["type"] != "http":
+            return
+        elif scope["path"] == "/health":
+            await _send_whole(send, 200, b'{"status":"ok"}')
+        elif scope["method"] == "POST" and scope["path"].startswith("/v1/"):
+            await self._forward(scope, receive, send)
+        else:
+            await _send_whole(send, 404, b'{"error":"not found"}')
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                connector = aiohttp.TCPConnector(limit=0, limit_per_host=1024, keepalive_timeout=4.0)
+                self.session = aiohttp.ClientSession(connector=connector, headers={"Accept-Encoding": "identity"})
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if self.session is not None:
+                    await self.session.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _forward(self, scope: Scope, receive: Receive, send: Send) -> None:
+        chunks = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        assert self.session is not None
+        async with self.session.post(self.backend + scope["path"], data=body,
+                                     headers={"content-type": "application/json"}) as resp:
+            kind = resp.headers.get("content-type", "application/json").encode()
+            await send({"type": "http.response.start", "status": resp.status, "headers": [(b"content-type", kind)]})
+            if kind.startswith(b"text/event-stream"):
+                while data := await resp.content.readany():
+                    await send({"type": "http.response.body", "body": data, "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            else:
+                await send({"type": "http.response.body", "body": await resp.read(), "more_body": False})
+
+
+async def _send_whole(send: Send, status: int, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": _JSON})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--backend", required=True, help="base URL of the OpenAI-compatible backend")
+    args = ap.parse_args()
+    uvicorn.run(Floor(args.backend), host="127.0.0.1", port=args.port, log_level="warning", access_log=False,
+                http="httptools", loop="uvloop", proxy_headers=False, timeout_keep_alive=75)
+
+
+if __name__ == "__main__":
+    main()

@@ -47,12 +47,13 @@ def block(lines: list[str], took: float) -> list[str]:
             *lines, "```", "", END]
 
 
-def replace(readme: Path, new: list[str]) -> None:
+def replace(readme: Path, new: list[str], begin: str = BEGIN, end: str = END) -> None:
+    """Put ``new`` (which starts with ``begin`` and ends with ``end``) where the README's block between the marks is."""
     text = readme.read_text(encoding="utf-8")
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{readme} has no demo transcript marks ({BEGIN!r} ... {END!r})")
-    head, rest = text.split(BEGIN, 1)
-    readme.write_text(head + "\n".join(new) + rest.split(END, 1)[1], encoding="utf-8")
+    if begin not in text or end not in text:
+        raise SystemExit(f"{readme} has no generated-block marks ({begin!r} ... {end!r})")
+    head, rest = text.split(begin, 1)
+    readme.write_text(head + "\n".join(new) + rest.split(end, 1)[1], encoding="utf-8")
 
 
 def main(argv: list[str]) -> None:

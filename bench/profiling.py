@@ -25,7 +25,7 @@ CATEGORIES = {
         "router/asgi.py", "router/stream.py", "router/job.py"),
     "router telemetry (router/telemetry.py)": ("router/telemetry.py",),
     "prometheus_client": ("prometheus_client/",),
-    "upstream client (aiohttp, or httpx/httpcore before)": ("aiohttp/", "httpx/", "httpcore/"),
+    "upstream client (router/engine_http.py; aiohttp, httpx before)": ("router/engine_http.py", "aiohttp/", "httpx/", "httpcore/"),
     "starlette/fastapi": ("starlette/", "fastapi/"),
     "uvicorn protocol": ("uvicorn/protocols",),
     "json encode/decode": ("json/",),

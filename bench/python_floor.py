@@ -1,7 +1,7 @@
 """The Python floor of a router: a benchmark backend, never a product part.
 
 The same HTTP server as `polyspec serve` (uvicorn with httptools and uvloop, no access log, no proxy
-headers) in front of the same upstream client (an aiohttp session with a keep-alive pool), and nothing
+headers) in front of the same upstream client (router.engine_http, a keep-alive pool per engine), and nothing
 else: no language ID, no policy, no telemetry, no header checks. A POST to /v1/... is forwarded to the
 backend as it came and the answer relayed (a stream read by read, as `router.stream` relays it).
 
@@ -19,8 +19,9 @@ import argparse
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-import aiohttp
 import uvicorn
+
+from polyspec.router.engine_http import EngineClient
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -33,7 +34,7 @@ class Floor:
 
     def __init__(self, backend: str) -> None:
         self.backend = backend.rstrip("/")
-        self.session: aiohttp.ClientSession | None = None
+        self.client: EngineClient | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -51,12 +52,11 @@ class Floor:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                connector = aiohttp.TCPConnector(limit=0, limit_per_host=1024, keepalive_timeout=4.0)
-                self.session = aiohttp.ClientSession(connector=connector, headers={"Accept-Encoding": "identity"})
+                self.client = EngineClient(1024, 4.0, 5.0, {"Accept-Encoding": "identity"})
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                if self.session is not None:
-                    await self.session.close()
+                if self.client is not None:
+                    await self.client.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -68,17 +68,20 @@ class Floor:
             if not message.get("more_body"):
                 break
         body = b"".join(chunks)
-        assert self.session is not None
-        async with self.session.post(self.backend + scope["path"], data=body,
-                                     headers={"content-type": "application/json"}) as resp:
+        assert self.client is not None
+        resp = await self.client.request("POST", self.backend + scope["path"], body,
+                                         {"content-type": "application/json"}, 300.0, 300.0)
+        try:
             kind = resp.headers.get("content-type", "application/json").encode()
             await send({"type": "http.response.start", "status": resp.status, "headers": [(b"content-type", kind)]})
             if kind.startswith(b"text/event-stream"):
-                while data := await resp.content.readany():
+                while data := await resp.read_chunk():
                     await send({"type": "http.response.body", "body": data, "more_body": True})
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             else:
                 await send({"type": "http.response.body", "body": await resp.read(), "more_body": False})
+        finally:
+            resp.release()
 
 
 async def _send_whole(send: Send, status: int, body: bytes) -> None:

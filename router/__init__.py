@@ -8,7 +8,7 @@
   `polyspec route explain` (``router.explain``).
 - ``router.policy``: pool order and replica choice (blend of offline and live acceptance; formula there).
 - ``router.backends``: replicas: in-flight counts, served models, health with hysteresis.
-- ``router.upstream``: the aiohttp client to the engines.
+- ``router.upstream``, ``router.engine_http``: the HTTP client to the engines.
 - ``router.proxy``: forwarding, failover before the first byte (``router.stream``: SSE pass-through;
   ``router.asgi``: the plain-ASGI plumbing of the completion endpoints; ``router.job``: per-request bookkeeping).
 - ``router.server``: uvicorn with a SIGTERM drain and request-head limits (what `polyspec serve` runs).

@@ -28,7 +28,7 @@ from polyspec.core.acceptance import mean_acceptance_length
 from polyspec.core.cli import PolyspecTyper
 from polyspec.core.errors import InvalidInput
 
-# Every `polyspec` command mounts this module, so the router's own modules (fastapi, aiohttp, msgspec,
+# Every `polyspec` command mounts this module, so the router's own modules (fastapi, httptools, msgspec,
 # prometheus: 0.3 s) are imported inside the functions that use them, as router/cli.py does.
 if TYPE_CHECKING:
     from polyspec.router.classify import Decision

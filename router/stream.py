@@ -17,7 +17,6 @@ import asyncio
 import time
 from typing import Any
 
-import aiohttp
 import msgspec
 
 from polyspec.router.asgi import Send, content_type, send_response
@@ -27,6 +26,7 @@ from polyspec.router.job import (
 )
 from polyspec.router.policy import Target
 from polyspec.router.runtime import RouterRuntime
+from polyspec.router.engine_http import Response
 from polyspec.router.upstream import UPSTREAM_ERRORS, is_timeout
 
 _USAGE = b'"usage"'
@@ -98,7 +98,7 @@ async def _open(rt: RouterRuntime, job: Job, target: Target, errors: list[tuple[
             headers = router_headers(job.decision, target, resp.headers, job)
             headers.append((b"content-type", content_type(resp.headers.get("content-type"), "application/json")))
             return resp.status, headers, content
-        first = await resp.content.readany()
+        first = await resp.read_chunk()
     except UPSTREAM_ERRORS as exc:
         resp.close()
         timeout = is_timeout(exc)
@@ -157,7 +157,7 @@ async def _end(rt: RouterRuntime, target: Target, events: EventSplitter, done: b
     return "stream_incomplete"
 
 
-async def _relay(rt: RouterRuntime, job: Job, target: Target, resp: aiohttp.ClientResponse, first: bytes,
+async def _relay(rt: RouterRuntime, job: Job, target: Target, resp: Response, first: bytes,
                  send: Send) -> None:
     events = EventSplitter(job.client_usage)
     status, done, data = "router_error", False, first  # "router_error": anything unforeseen cut it short
@@ -170,7 +170,7 @@ async def _relay(rt: RouterRuntime, job: Job, target: Target, resp: aiohttp.Clie
             if out := events.feed(data):
                 await send({"type": "http.response.body", "body": out, "more_body": True})
                 done = out.endswith(_DONE)
-            data = await resp.content.readany()
+            data = await resp.read_chunk()
         status = await _end(rt, target, events, done, send)
     except UPSTREAM_ERRORS as exc:
         status = "stream_error"

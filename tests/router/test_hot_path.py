@@ -152,9 +152,9 @@ class _StalledStream:
     headers = {"content-type": "text/event-stream"}
 
     def __init__(self, chunks: list[bytes]) -> None:
-        self.content, self._chunks, self.closed = self, list(chunks), False
+        self._chunks, self.closed = list(chunks), False
 
-    async def readany(self) -> bytes:
+    async def read_chunk(self) -> bytes:
         if self._chunks:
             return self._chunks.pop(0)
         await asyncio.Event().wait()  # the end of the stream is late

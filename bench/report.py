@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
-SYSTEMS = ["direct", "polyspec", "python_floor", "litellm", "vllm_router"]
+SYSTEMS = ["direct", "polyspec", "polyspec_base", "python_floor", "litellm", "vllm_router"]
 
 
 def overhead_md(d: dict[str, Any]) -> str:

@@ -68,6 +68,7 @@ RELEASE = ("release", "fastText as the release before issue 14 called it (f8ae32
 MODES = ("unrestricted", "restricted")
 TARGETS = {"2w_unrestricted": 0.90, "sentences_unrestricted": 0.985, "mixed_texts_per_s": 20_000,
            "mixed_texts_per_s_vs_before": 0.5, "mixed_texts_per_s_vs_release": 0.5}
+WORKERS = (1, 2)  # processes of `polyspec langid --workers N` timed on the mixed texts (the machine has 2 cores)
 
 console = Console(width=160)
 
@@ -277,6 +278,27 @@ def measure_speed(cuts: dict[str, list[tuple[str, str]]], detect: dict[tuple[str
     return out
 
 
+def measure_processes(cuts: dict[str, list[tuple[str, str]]], langs: list[str], rounds: int) -> dict[str, Any]:
+    """Texts/s of `core.langid_batch.detect_stream` (what `polyspec langid --workers N` runs: cleaning, detection,
+    chunks in order) on the mixed texts, per mode and number of processes; the median of ``rounds``. Each
+    round starts its own workers, forked from this warm process (as the CLI forks after loading the models)."""
+    from polyspec.core.langid_batch import detect_stream
+
+    mixed = [t for pairs in cuts.values() for _, t in pairs]
+    random.Random("langid-mixed").shuffle(mixed)
+    out: dict[str, Any] = {}
+    for mode in MODES:
+        restrict = langs if mode == "restricted" else None
+        for workers in WORKERS:
+            rates = []
+            for _ in range(rounds):
+                start = time.perf_counter()
+                n = sum(1 for _ in detect_stream(mixed, restrict, workers))
+                rates.append(n / (time.perf_counter() - start))
+            out.setdefault(mode, {})[str(workers)] = round(statistics.median(rates))
+    return out
+
+
 def print_tables(result: dict[str, Any]) -> None:
     table = Table(title="Language id: accuracy (mean over languages) and texts/s, before and now")
     for col in ("system", "mode", *[c for c, _ in CUTS], "texts/s mixed", "texts/s sentences", "texts/s 2w"):
@@ -290,6 +312,13 @@ def print_tables(result: dict[str, Any]) -> None:
     table.add_row(RELEASE[1], "all | restricted", *["" for _ in CUTS],
                   f"{release['unrestricted']['mixed']:,} | {release['restricted']['mixed']:,}", "", "")
     console.print(table)
+    procs = Table(title="texts/s mixed through `polyspec langid --workers N` (cleaning included)")
+    procs.add_column("mode")
+    for workers in WORKERS:
+        procs.add_column(f"{workers} process{'es' if workers > 1 else ''}", justify="right")
+    for mode in MODES:
+        procs.add_row(mode, *[f"{result['texts_per_s_processes'][mode][str(w)]:,}" for w in WORKERS])
+    console.print(procs)
     for cut in ("2w", "sentences"):
         per = Table(title=f"Accuracy per language, {cut}, unrestricted")
         per.add_column("lang")
@@ -327,8 +356,10 @@ def main(
     detect = detectors(langs)
     accuracy, short = measure_accuracy(cuts, detect)  # also loads every lingua model the timing will use
     speed = measure_speed(cuts, detect, 1 if quick else rounds)
+    processes = measure_processes(cuts, langs, 1 if quick else rounds)
     sweep = threshold_sweep(short["truth"], short["pred"], short["conf"])
-    result = {"languages": langs, "accuracy": accuracy, "texts_per_s": speed, "short_sweep": sweep,
+    result = {"languages": langs, "accuracy": accuracy, "texts_per_s": speed, "texts_per_s_processes": processes,
+              "short_sweep": sweep,
               "chosen_threshold": choose_threshold(sweep),
               "best_threshold_by_cost": {str(c): choose_threshold(sweep, c) for c in (1, 2, 4)}}
     print_tables(result)

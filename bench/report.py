@@ -200,6 +200,12 @@ def langid_md(d: dict[str, Any]) -> str:
                      f"{release['restricted']['mixed']:,}) | {d['targets']['mixed_texts_per_s_vs_release']} | "
                      + " | ".join(f"{now[m]['mixed'] / release[m]['mixed']:.2f}" for m in ("unrestricted", "restricted"))
                      + " |")
+    procs = d.get("texts_per_s_processes")
+    if procs is not None:  # JSON from before `polyspec langid --workers` was timed has no such rows
+        for workers in sorted(procs["unrestricted"], key=int):
+            lines.append(f"| texts/s mixed, `polyspec langid --workers {workers}` (cleaning included) | "
+                         f"{d['targets']['mixed_texts_per_s']:,} | {procs['unrestricted'][workers]:,} | "
+                         f"{procs['restricted'][workers]:,} |")
     lines += ["", "| threshold | fallback (short) | routed accuracy (short) | misrouted (short) | cross-script misrouted "
               "| utility c=1 | c=2 | c=4 |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in d["short_sweep"]:

@@ -6,6 +6,7 @@
     .venv/bin/python bench/report.py hostile.json
     .venv/bin/python bench/report.py langid.json
     .venv/bin/python bench/report.py speed_policy.json
+    .venv/bin/python bench/report.py router_ab        # every bench/router_ab.py run
 """
 
 from __future__ import annotations
@@ -234,8 +235,28 @@ def adaptation_md(d: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def router_ab_md(folder: Path) -> str:
+    """Every recorded bench/router_ab.py run: per cell, the candidate's CPU per request over the baseline's."""
+    lines = ["| run | conc | stream | base ms/req | candidate ms/req | ratio | 95 % interval | verdict |",
+             "|---|---:|---|---:|---:|---:|---:|---|"]
+    notes = []
+    for path in sorted(folder.glob("*.json")):
+        d = json.loads(path.read_text())
+        notes.append(f"- **{d['label']}**: base {d['base']}, candidate {d['candidate']} ({d['rounds']} rounds, "
+                     f"folders {', '.join(d['folders'])} from the refs). {d['description']}.")
+        for c in d["cells"]:
+            med = [sorted(c[k])[len(c[k]) // 2] for k in ("base_cpu_ms", "candidate_cpu_ms")]
+            lines.append(f"| {d['label']} | {c['concurrency']} | "
+                         f"{'yes' if c['stream'] else 'no'} | {med[0]:.3f} | {med[1]:.3f} | {c['ratio_mean']:.3f} | "
+                         f"{c['ratio_ci95'][0]:.3f}-{c['ratio_ci95'][1]:.3f} | {c['verdict']} |")
+    return "\n".join([*notes, "", *lines])
+
+
 def main() -> None:
     name = sys.argv[1]
+    if (OUT / name).is_dir():
+        print(router_ab_md(OUT / name))
+        return
     path = Path(name) if Path(name).is_file() else OUT / name
     d = json.loads(path.read_text())
     if "runs" in d:

@@ -287,3 +287,30 @@ def test_router_overhead_page_shows_the_recorded_run() -> None:
     assert overhead_md(data).strip() in page
     if "python_floor" in data["concurrency"]["1"]:
         assert "| conc | polyspec | floor | polyspec − floor | vllm_router |" in page
+
+
+def test_router_ab_interval_says_when_a_change_is_measured() -> None:
+    """bench/router_ab.py's verdict: the 95 % bootstrap interval of the per-round ratios, against 1.0."""
+    from bench.router_ab import ratio_interval
+
+    cheaper = ratio_interval([1.0, 1.1, 0.9, 1.0, 1.05], [0.8, 0.9, 0.72, 0.81, 0.84])
+    assert cheaper["verdict"] == "candidate cheaper" and cheaper["ratio_ci95"][1] < 1.0
+    assert abs(cheaper["ratio_mean"] - 0.8) < 0.01
+    same = ratio_interval([1.0, 1.0, 1.0, 1.0], [0.9, 1.1, 0.95, 1.06])
+    assert same["verdict"] == "no difference" and same["ratio_ci95"][0] <= 1.0 <= same["ratio_ci95"][1]
+    assert ratio_interval([1.0, 1.0], [1.2, 1.3])["verdict"] == "candidate dearer"
+    with pytest.raises(ValueError):
+        ratio_interval([0.0], [1.0])  # no round to compare
+    with pytest.raises(ValueError):
+        ratio_interval([1.0, 1.0], [1.0])  # unpaired rounds
+
+
+def test_router_ab_page_shows_the_recorded_runs() -> None:
+    """docs/benchmarks.md's A/B table is bench/report.py's rendering of docs/benchmarks/router_ab/*.json
+    (regenerate with `bench/report.py router_ab`)."""
+    from pathlib import Path
+
+    from bench.report import OUT, router_ab_md
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md").read_text()
+    assert router_ab_md(OUT / "router_ab").strip() in page

@@ -6,6 +6,7 @@ and demo tallies add and subtract the same way, and every figure derives from th
 from __future__ import annotations
 
 import operator
+from itertools import accumulate
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -15,6 +16,14 @@ from polyspec.core.acceptance import mean_acceptance_length, positions_from_coun
 
 def _pad(values: Sequence[int], width: int) -> list[int]:
     return list(values) + [0] * (width - len(values))
+
+
+def _count(spec: Mapping[str, Any], name: str) -> int | None:
+    """A count of an engine's report; None when missing or malformed (not a number, a bool, negative, or
+    past 2**53)."""
+    value = spec.get(name)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 2**53
+    return int(value) if ok else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,23 +86,25 @@ class SpecCounts:
         """
         spec = spec if isinstance(spec, Mapping) else {}
         hist = spec.get("acceptance_histogram")
-        if not (isinstance(hist, list) and all(isinstance(h, int) and not isinstance(h, bool) and h >= 0
-                                               for h in hist)):
+        if isinstance(hist, list):
+            for h in hist:  # a loop, not all() over a generator: the router reads one report per request
+                if not isinstance(h, int) or isinstance(h, bool) or h < 0:
+                    hist = []
+                    break
+        else:
             hist = []
-
-        def num(name: str, default: int) -> int:
-            value = spec.get(name)
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 2**53
-            return int(value) if ok else default
-
+        # accepted_per_pos[i] = sum(hist[i + 1:]): the suffix sums, accumulated from the end.
+        per_pos = tuple(accumulate(hist[:0:-1]))[::-1]
+        steps = _count(spec, "num_spec_steps")
+        accepted = _count(spec, "num_accepted_draft_tokens")
         return cls(
-            requests=1,
-            completion_tokens=max(0, int(completion_tokens)),
-            num_spec_steps=num("num_spec_steps", sum(hist)),
-            num_draft_tokens=num("num_draft_tokens", 0),
-            num_accepted_tokens=num("num_accepted_draft_tokens", sum(j * c for j, c in enumerate(hist))),
-            accepted_per_pos=tuple(sum(hist[i:]) for i in range(1, len(hist))),
-            generation_s=max(0.0, float(generation_s)),
+            1,
+            max(0, int(completion_tokens)),
+            sum(hist) if steps is None else steps,
+            _count(spec, "num_draft_tokens") or 0,
+            sum(per_pos) if accepted is None else accepted,  # = sum(j * hist[j])
+            per_pos,
+            max(0.0, float(generation_s)),
         )
 
     def as_dict(self) -> dict[str, Any]:

@@ -133,13 +133,17 @@ def clean_for_langid(text: str, max_chars: int = 500) -> str:
     text = _drop_indented_code(text)
     if "`" in text:
         text = _INLINE_CODE.sub(" ", text)
-    if "://" in text or "www." in text.lower():
+    if "://" in text or (("w." in text or "W." in text) and "www." in text.lower()):  # lower() only then
         text = _URL.sub(" ", text)
     if "@" in text:
         text = _EMAIL.sub(" ", text)
     # str.split() cuts at exactly what \s matches (Unicode whitespace) and drops the ends, as
     # _SPACES.sub(" ", ...).strip() did, at a tenth of its cost: the regex replaced every single space.
-    text = " ".join(_CONTROLS.sub(" ", text).split())
+    # Control characters are all non-printable, so a printable text has none and skips their scan; the words
+    # are the same in either order.
+    text = " ".join(text.split())
+    if not text.isprintable():
+        text = " ".join(_CONTROLS.sub(" ", text).split())
     if len(text) > max_chars:
         cut = text[:max_chars]
         space = cut.rfind(" ")

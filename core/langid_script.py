@@ -31,33 +31,45 @@ _HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ebef"
 @dataclass(frozen=True)
 class _Rule:
     language: str
-    chars: re.Pattern[str]
+    chars: re.Pattern[str]  # one character of the script
+    others: re.Pattern[str]  # one character not of it: counting these is cheaper where the script is most
+
+
+def _rule(language: str, chars: str) -> _Rule:
+    return _Rule(language, re.compile(f"[{chars}]"), re.compile(f"[^{chars}]"))
+
+
+def _count(text: str, others: re.Pattern[str]) -> int:
+    """How many characters of ``text`` are not ``others``: the complement is counted, because findall builds
+    a string per match and the characters counted here are usually most of the text (letters; the script
+    of a text that a rule is looked at for)."""
+    return len(text) - len(others.findall(text))
 
 
 # Where lid.176 has another label for the same script, the rule gives it up; the comment says which.
 _RULES = (
     # Korean is the only language written in Hangul (lid.176 has no other).
-    _Rule("ko", re.compile(f"[{_HANGUL}]")),
+    _rule("ko", _HANGUL),
     # Thai script: lid.176 has no other label for it (Lao, Khmer and Shan have scripts of their own); gives up
     # Northern Thai and Pali written in it, which lid.176 does not know either.
-    _Rule("th", re.compile("[\u0e00-\u0e7f]")),
+    _rule("th", "\u0e00-\u0e7f"),
     # Greek: gives up Pontic and Ancient Greek (not lid.176 labels) and Greek letters in formulas, which only
     # count where they are most of the letters.
-    _Rule("el", re.compile("[\u0370-\u03ff\u1f00-\u1fff]")),
+    _rule("el", "\u0370-\u03ff\u1f00-\u1fff"),
     # Hebrew script: gives up Yiddish (lid.176's `yi`) and Ladino; Yiddish on the web is about a hundredth of
     # Hebrew.
-    _Rule("he", re.compile("[\u0590-\u05ff\ufb1d-\ufb4f]")),
+    _rule("he", "\u0590-\u05ff\ufb1d-\ufb4f"),
     # Georgian script: gives up Mingrelian (lid.176's `xmf`) and Svan, which fastText mostly cannot tell from
     # Georgian on a few words anyway (it splits "გამარჯობა" 0.60 / 0.40 between them).
-    _Rule("ka", re.compile("[\u10a0-\u10ff\u1c90-\u1cbf\u2d00-\u2d2f]")),
+    _rule("ka", "\u10a0-\u10ff\u1c90-\u1cbf\u2d00-\u2d2f"),
     # Armenian script: lid.176 has no other label for it.
-    _Rule("hy", re.compile("[\u0530-\u058f\ufb13-\ufb17]")),
+    _rule("hy", "\u0530-\u058f\ufb13-\ufb17"),
 )
 _OWNED = re.compile("[" + _HANGUL + _KANA + _HAN + "\u0e00-\u0e7f\u0370-\u03ff\u1f00-\u1fff\u0590-\u05ff\ufb1d-\ufb4f"
                     "\u10a0-\u10ff\u1c90-\u1cbf\u2d00-\u2d2f\u0530-\u058f\ufb13-\ufb17]")
 _KANA_RE = re.compile(f"[{_KANA}]")
-_CJK_RE = re.compile(f"[{_KANA}{_HAN}]")
-_LETTER = re.compile(r"[^\W\d_]")
+_NOT_CJK = re.compile(f"[^{_KANA}{_HAN}]")
+_NOT_LETTER = re.compile(r"[\W\d_]")  # what is not a letter ([^\W\d_]: word characters but digits and _)
 # Japanese prose carries kana in nearly every phrase (particles, verb endings), so kana among Han characters
 # says Japanese. A Chinese sentence quoting a Japanese word ("日语里的“ありがとう”怎么用") has a little kana among
 # much Han: on a text of `KANA_LONG` characters or more, kana must be at least `KANA_SHARE` of the Han and kana
@@ -105,12 +117,12 @@ def script_language(text: str) -> ScriptGuess | None:
     first = _OWNED.search(head)
     if first is None:
         return None
-    letters = max(1, len(_LETTER.findall(head)))  # at least the owned character: marks are not letters
+    letters = max(1, _count(head, _NOT_LETTER))  # at least the owned character: marks are not letters
     for rule in _RULES:
         if rule.chars.match(first.group()):
-            count = len(rule.chars.findall(head))
+            count = _count(head, rule.others)
             return ScriptGuess(rule.language, min(1.0, count / letters)) if 2 * count > letters else None
-    cjk = len(_CJK_RE.findall(head))
+    cjk = _count(head, _NOT_CJK)
     if 2 * cjk <= letters:
         return None
     kana = len(_KANA_RE.findall(head))
@@ -146,7 +158,7 @@ def ruled_out(text: str) -> RuledOut:
     if _CYRILLIC.search(text) is not None:
         found = set(_CYRILLIC.findall(text.lower()))
         return RuledOut(frozenset(lang for lang, alphabet in _CYRILLIC_ALPHABETS.items() if not found.issubset(alphabet)))
-    letters = len(_LETTER.findall(text))
+    letters = _count(text, _NOT_LETTER)
     if letters and len(_HAN_RE.findall(text)) == letters:
         return RuledOut(all_but=HAN_LANGUAGES)
     return NOTHING

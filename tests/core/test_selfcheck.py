@@ -117,8 +117,9 @@ def test_report_over_several_prompts() -> None:
 
 def test_likely_cause_names_bf16_without_native_support() -> None:
     assert "use --dtype float32" in likely_cause(dtype="bfloat16", device="cpu", native_bf16=False)
-    assert "bf16 on a CPU without AMX" in likely_cause(dtype="bfloat16", native_bf16=False)
-    assert "without native" not in likely_cause(dtype="bfloat16", native_bf16=True)
+    assert "bf16 on a CPU (without AMX)" in likely_cause(dtype="bfloat16", native_bf16=False)
+    assert "bf16 on a CPU (with AMX)" in likely_cause(dtype="bfloat16", native_bf16=True)  # AMX is no cure
+    assert "bf16 on a CPU" not in likely_cause(dtype="bfloat16", device="cuda")
     assert "served weights" in likely_cause(dtype="float32")
     assert "without the draft" in likely_cause(dtype="float32", draft=True)
 
@@ -145,7 +146,7 @@ def test_check_engine_over_http_passes_and_fails_loudly() -> None:
                      client=httpx.Client(transport=_vllm_like({0: GARBAGE})))
     message = str(err.value)
     assert "engine http://e:1 failed its self-check" in message and "token 0" in message
-    assert "bf16 on a CPU without AMX" in message and "--dtype float32" in message
+    assert "bf16 on a CPU (without AMX)" in message and "--dtype float32" in message
     assert err.value.exit_code == 6 and err.value.details()["ok"] is False
 
 

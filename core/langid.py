@@ -368,18 +368,14 @@ def detect(text: str, restrict: Collection[str] | None = None) -> LangGuess:
     so a low confidence still says the text is probably none of them). Text with nothing left after
     cleaning gives ``LangGuess("und", 0.0)``.
     """
-    cleaned = clean_for_langid(text)
-    if not cleaned:
-        return LangGuess(UNDETERMINED, 0.0)
-    return detect_cleaned(cleaned, allowed_labels(restrict) if restrict is not None else None)
+    return detect_cleaned(clean_for_langid(text), allowed_labels(restrict) if restrict is not None else None)
 
 
 def iter_detect(texts: Iterable[str], restrict: Collection[str] | None = None) -> Iterator[LangGuess]:
     """`detect` of each text, lazily, with ``restrict``'s label set built once (not once per text)."""
     allowed = allowed_labels(restrict) if restrict is not None else None
     for text in texts:
-        cleaned = clean_for_langid(text)
-        yield detect_cleaned(cleaned, allowed) if cleaned else LangGuess(UNDETERMINED, 0.0)
+        yield detect_cleaned(clean_for_langid(text), allowed)  # detect_cleaned answers "und" for nothing left
 
 
 def detect_many(texts: Iterable[str], restrict: Collection[str] | None = None) -> list[LangGuess]:

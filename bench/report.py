@@ -6,6 +6,7 @@
     .venv/bin/python bench/report.py hostile.json
     .venv/bin/python bench/report.py langid.json
     .venv/bin/python bench/report.py speed_policy.json
+    .venv/bin/python bench/report.py router_budget.json
     .venv/bin/python bench/report.py router_ab        # every bench/router_ab.py run
 """
 
@@ -236,10 +237,53 @@ def adaptation_md(d: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def router_budget_md(d: dict[str, Any]) -> str:
+    """bench/router_budget.py: polyspec's own work per non-streamed request, the apps in-process, the budget."""
+    c, apps = d["conclusion"], d["apps"]
+    lines = ["| stage (tight loop over the bodies, one thread) | median us | min-max us |", "|---|---:|---:|"]
+    for name, s in d["stages"].items():
+        lines.append(f"| {d['labels'][name].strip()} | {s['median_us']:.1f} | {s['min_us']:.1f}-{s['max_us']:.1f} |")
+    lines += ["", f"Stages of polyspec's own work ({', '.join(d['own_work'])}), summed: "
+              f"**{1000 * c['stages_sum_ms']:.0f} us** ({d['bodies']} bodies, {d['repeats']} passes each).", "",
+              f"| app in-process, one request at a time ({apps['rounds']} alternating rounds of "
+              f"{apps['requests_per_round']}) | CPU ms per request, median | min-max |", "|---|---:|---:|"]
+    for name in ("polyspec", "floor"):
+        vals = apps["cpu_ms"][name]
+        lines.append(f"| {name} | {apps['median_ms'][name]:.3f} | {min(vals):.3f}-{max(vals):.3f} |")
+    low, high = apps["own_work_range_ms"]
+    lines.append(f"| polyspec - floor (per round) | {apps['own_work_ms']:.3f} | {low:.3f}-{high:.3f} |")
+    tight = {"fasttext_read": "fasttext_read", "route": "route", "response_record": "response_telemetry"}
+    lines += ["", "| timed inside polyspec's app (one pass) against the same code in a tight loop | inside, us per call | "
+              "tight loop, us per call | calls per request |", "|---|---:|---:|---:|"]
+    for label, t in apps["inside_app_us"].items():
+        loop = d["stages"][tight[label]]["median_us"]
+        name = (d["labels"][tight[label]].strip().removeprefix("of which: ") if label != "response_record"
+                else "record: telemetry, live steps, speed (the tight loop includes the response decode)")
+        lines.append(f"| {name} | {t['per_call_us']:.1f} | {loop:.1f} | {t['calls_per_request']:.2f} |")
+    g = apps["gc"]
+    lines += ["", f"Garbage collection of the loaded router: a full collection takes {g['full_collection_ms']:.1f} ms "
+              f"over the objects it holds, {g['full_collection_frozen_ms']:.3f} ms once they are frozen "
+              f"({g['frozen_objects']:,} objects); during the app rounds, collections per 1,000 requests by "
+              f"generation: {', '.join(f'{n:g}' for n in g['collections_per_1000_requests'])}."]
+    if "floor_non_stream_ms" in c:
+        def span(key: str) -> str:
+            return f"{c[key][0]:.3f}-{c[key][1]:.3f}"
+        lines += ["", "| the 0.4 ms target, non-streamed (floor and polyspec measured under load: router_overhead.json, "
+                  "c = 1 to 256) | ms |", "|---|---:|",
+                  f"| the floor: server and upstream client, nothing on top | {span('floor_non_stream_ms')} |",
+                  f"| of which the HTTP server (floor minus the floor's app in-process) | {span('server_share_ms')} |",
+                  f"| floor + language ID (tight-loop time) | {span('floor_plus_langid_ms')} |",
+                  f"| left of 0.4 ms for everything but language ID | {span('left_for_the_rest_ms')} |",
+                  f"| floor + the stages' sum | {span('floor_plus_stages_ms')} |",
+                  f"| floor + polyspec's app minus the floor's app (in-process) | {span('floor_plus_app_own_ms')} |",
+                  f"| polyspec measured | {span('measured_polyspec_ms')} |"]
+    return "\n".join(lines)
+
+
 def router_ab_md(folder: Path) -> str:
     """Every recorded bench/router_ab.py run: per cell, the candidate's CPU per request over the baseline's."""
-    lines = ["| run | conc | stream | base ms/req | candidate ms/req | ratio | 95 % interval | verdict |",
-             "|---|---:|---|---:|---:|---:|---:|---|"]
+    lines = ["| run | conc | stream | base ms/req | candidate ms/req | ratio | 95 % interval (Student t) | verdict "
+             "| as first reported (bootstrap) |", "|---|---:|---|---:|---:|---:|---:|---|---|"]
     notes = []
     for path in sorted(folder.glob("*.json")):
         d = json.loads(path.read_text())
@@ -249,7 +293,8 @@ def router_ab_md(folder: Path) -> str:
             med = [statistics.median(c[k]) for k in ("base_cpu_ms", "candidate_cpu_ms")]
             lines.append(f"| {d['label']} | {c['concurrency']} | "
                          f"{'yes' if c['stream'] else 'no'} | {med[0]:.3f} | {med[1]:.3f} | {c['ratio_mean']:.3f} | "
-                         f"{c['ratio_ci95'][0]:.3f}-{c['ratio_ci95'][1]:.3f} | {c['verdict']} |")
+                         f"{c['ratio_ci95'][0]:.3f}-{c['ratio_ci95'][1]:.3f} | {c['verdict']} | "
+                         f"{c.get('verdict_bootstrap', '–')} |")
     return "\n".join([*notes, "", *lines])
 
 
@@ -264,7 +309,8 @@ def main() -> None:
         print(adaptation_md(d))
         return
     print({"router_overhead": overhead_md, "load": load_md, "e2e_speedup": e2e_md, "hostile": hostile_md,
-           "speed_policy": speed_policy_md, "langid": langid_md}[d["benchmark"]](d))
+           "speed_policy": speed_policy_md, "langid": langid_md,
+           "router_budget": router_budget_md}[d["benchmark"]](d))
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@ polyspec twice on the same core, over the same registry and the same fake backen
 package at git ``--base``) and the candidate (the working tree, another git ref, or a prepared tree on
 PYTHONPATH such as a compiled build). It measures both at each cell (concurrency, streamed or not), in
 alternating order, ``--rounds`` times, and reports per cell the candidate's CPU per request over the
-baseline's: the mean of the per-round ratios with a 95 % bootstrap interval over rounds. An interval
-that crosses 1.0 is no measured difference.
+baseline's: the mean of the per-round ratios with a 95 % Student-t interval over rounds. An interval
+that crosses 1.0 is no measured difference. `--label aa-null` style runs of the same code on both sides
+check the rule itself: none of its cells may give a verdict.
 
     flock /tmp/polyspec-heavy.lock .venv/bin/python bench/router_ab.py --base HEAD --label my-change
     ... --candidate stash@{0}              # a git ref instead of the working tree
@@ -19,7 +20,7 @@ Writes docs/benchmarks/router_ab/LABEL.json.
 
 from __future__ import annotations
 
-import random
+import math
 import statistics
 import subprocess
 import sys
@@ -42,17 +43,27 @@ console = Console(width=150)
 ARMS = ("base", "candidate")
 
 
-def ratio_interval(base: list[float], cand: list[float], n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
-    """Mean of the per-round ratios cand/base and its 95 % bootstrap interval over rounds (paired)."""
+# Two-sided 95 % quantiles of Student's t by degrees of freedom (rounds - 1); past 30, the normal's.
+T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def ratio_interval(base: list[float], cand: list[float]) -> dict[str, Any]:
+    """Mean of the per-round ratios cand/base and its 95 % Student-t interval over rounds (paired).
+
+    Not a bootstrap: over 5-6 rounds a percentile bootstrap is too narrow (it ignores that the spread itself
+    is estimated from 6 values), and an A/A run of the same code against itself got a verdict from it in one
+    cell of four (docs/benchmarks/router_ab/aa-null.json)."""
     ratios = [c / b for b, c in zip(base, cand, strict=True) if b > 0]
-    if not ratios:
-        raise ValueError("no round with a baseline CPU above zero")
-    rng = random.Random(seed)
-    boots = sorted(statistics.fmean(rng.choices(ratios, k=len(ratios))) for _ in range(n_boot))
-    low, high = boots[int(0.025 * n_boot)], boots[int(0.975 * n_boot) - 1]
+    if len(ratios) < 2:
+        raise ValueError("at least two rounds with a baseline CPU above zero are needed for an interval")
+    mean = statistics.fmean(ratios)
+    t = T_975[len(ratios) - 2] if len(ratios) - 1 <= len(T_975) else 1.96
+    half = t * statistics.stdev(ratios) / math.sqrt(len(ratios))
+    low, high = mean - half, mean + half
     verdict = "no difference" if low <= 1.0 <= high else ("candidate cheaper" if high < 1.0 else "candidate dearer")
-    return {"ratio_mean": round(statistics.fmean(ratios), 4), "ratio_ci95": [round(low, 4), round(high, 4)],
-            "ratios": [round(r, 4) for r in ratios], "verdict": verdict}
+    return {"ratio_mean": round(mean, 4), "ratio_ci95": [round(low, 4), round(high, 4)],
+            "ratios": [round(r, 4) for r in ratios], "interval": "student-t", "verdict": verdict}
 
 
 def _commit(ref: str) -> str:

@@ -290,19 +290,36 @@ def test_router_overhead_page_shows_the_recorded_run() -> None:
 
 
 def test_router_ab_interval_says_when_a_change_is_measured() -> None:
-    """bench/router_ab.py's verdict: the 95 % bootstrap interval of the per-round ratios, against 1.0."""
+    """bench/router_ab.py's verdict: the 95 % Student-t interval of the per-round ratios, against 1.0."""
     from bench.router_ab import ratio_interval
 
     cheaper = ratio_interval([1.0, 1.1, 0.9, 1.0, 1.05], [0.8, 0.9, 0.72, 0.81, 0.84])
     assert cheaper["verdict"] == "candidate cheaper" and cheaper["ratio_ci95"][1] < 1.0
-    assert abs(cheaper["ratio_mean"] - 0.8) < 0.01
+    assert abs(cheaper["ratio_mean"] - 0.8) < 0.01 and cheaper["interval"] == "student-t"
     same = ratio_interval([1.0, 1.0, 1.0, 1.0], [0.9, 1.1, 0.95, 1.06])
     assert same["verdict"] == "no difference" and same["ratio_ci95"][0] <= 1.0 <= same["ratio_ci95"][1]
-    assert ratio_interval([1.0, 1.0], [1.2, 1.3])["verdict"] == "candidate dearer"
+    assert ratio_interval([1.0, 1.0, 1.0], [1.2, 1.3, 1.25])["verdict"] == "candidate dearer"
+    # Two rounds 1.2 and 1.3 are no evidence: t with one degree of freedom is 12.7 (a bootstrap said "dearer").
+    assert ratio_interval([1.0, 1.0], [1.2, 1.3])["verdict"] == "no difference"
     with pytest.raises(ValueError):
-        ratio_interval([0.0], [1.0])  # no round to compare
+        ratio_interval([0.0, 0.0], [1.0, 1.0])  # no round to compare
     with pytest.raises(ValueError):
         ratio_interval([1.0, 1.0], [1.0])  # unpaired rounds
+
+
+def test_router_ab_rule_finds_nothing_in_the_recorded_a_a_run() -> None:
+    """The same code against itself (docs/benchmarks/router_ab/aa-null.json): the interval rule must give no
+    verdict in any cell, computed from the run's raw per-round CPU, and the stored cells must be the rule's."""
+    from bench.report import OUT
+    from bench.router_ab import ratio_interval
+
+    for path in sorted((OUT / "router_ab").glob("*.json")):
+        data = json.loads(path.read_text())
+        for cell in data["cells"]:
+            again = ratio_interval(cell["base_cpu_ms"], cell["candidate_cpu_ms"])
+            assert (cell["ratio_ci95"], cell["verdict"]) == (again["ratio_ci95"], again["verdict"]), path.name
+            if data["label"] == "aa-null":
+                assert again["verdict"] == "no difference", cell
 
 
 def test_router_ab_page_shows_the_recorded_runs() -> None:
@@ -314,3 +331,50 @@ def test_router_ab_page_shows_the_recorded_runs() -> None:
 
     page = (Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md").read_text()
     assert router_ab_md(OUT / "router_ab").strip() in page
+
+
+def test_router_budget_drives_a_coroutine_that_never_suspends() -> None:
+    """bench/router_budget.py times ``prepare`` without an event loop; one that would suspend is refused."""
+    from bench.common import BenchError
+    from bench.router_budget import drive
+
+    async def plain() -> int:
+        return 7
+
+    async def suspends() -> None:
+        await asyncio.sleep(0)
+
+    assert drive(plain()) == 7
+    with pytest.raises(BenchError, match="suspended"):
+        drive(suspends())
+
+
+def test_router_budget_conclusion_adds_the_floor_to_the_stages() -> None:
+    from bench.router_budget import OWN_WORK, conclude
+
+    stages = {name: {"median_us": 50.0} for name in (*OWN_WORK, "langid", "route", "fasttext_read")}
+    apps = {"own_work_ms": 0.3, "median_ms": {"polyspec": 0.36, "floor": 0.06}}
+    overhead = {"source": "x",
+                "1": {"python_floor": {"non_stream": 0.25, "stream": 0.3}, "polyspec": {"non_stream": 0.6, "stream": 0.7}},
+                "16": {"python_floor": {"non_stream": 0.30, "stream": 0.4}, "polyspec": {"non_stream": 0.65, "stream": 0.8}}}
+    c = conclude(stages, apps, overhead)
+    assert c["stages_sum_ms"] == 0.2 and c["langid_ms"] == 0.05 and c["app_own_work_ms"] == 0.3
+    assert c["floor_non_stream_ms"] == [0.25, 0.30] and c["measured_polyspec_ms"] == [0.6, 0.65]
+    assert c["floor_plus_stages_ms"] == [0.45, 0.5] and c["floor_plus_langid_ms"] == [0.3, 0.35]
+    assert c["left_for_the_rest_ms"] == [0.05, 0.1]
+    assert c["floor_plus_app_own_ms"] == [0.55, 0.6] and c["server_share_ms"] == [0.19, 0.24]
+    bare = conclude(stages, None, {})  # no apps, no router_overhead.json: the stages only
+    assert "floor_non_stream_ms" not in bare and "app_own_work_ms" not in bare
+
+
+def test_router_budget_page_shows_the_recorded_run() -> None:
+    """docs/benchmarks.md's budget table is bench/report.py's rendering of router_budget.json
+    (regenerate with `bench/report.py router_budget.json`)."""
+    from pathlib import Path
+
+    from bench.report import router_budget_md
+
+    root = Path(__file__).resolve().parents[1]
+    data = json.loads((root / "docs" / "benchmarks" / "router_budget.json").read_text())
+    assert set(data["own_work"]) <= set(data["stages"]) and all(s["median_us"] > 0 for s in data["stages"].values())
+    assert router_budget_md(data).strip() in (root / "docs" / "benchmarks.md").read_text()

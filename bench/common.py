@@ -9,9 +9,11 @@ Peers (lingua, py3langid, LiteLLM, vllm-router) live in a separate venv, ``.venv
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -55,6 +57,26 @@ def mtbench_turns(lang: str, limit: int | None = None, turn: int | None = None) 
     rows = read_jsonl(MTBENCH / f"{lang}.jsonl")
     turns = [t for r in rows for i, t in enumerate(r["turns"]) if turn is None or i == turn]
     return turns[:limit] if limit is not None else turns
+
+
+# Two-sided 95 % quantiles of Student's t by degrees of freedom 1..30; past 30, the normal's 1.96.
+T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t_interval(values: list[float]) -> tuple[float, float, float]:
+    """(mean, low, high): the mean of per-round values and its 95 % Student-t interval.
+
+    The benches that repeat a measurement in rounds (router_ab, hostile) use this, not a percentile bootstrap:
+    over 5-8 rounds a bootstrap is too narrow (it ignores that the spread is itself estimated from so few
+    values), and an A/A run of the router's code against itself got a false verdict from it in one cell of four
+    (docs/benchmarks/router_ab/aa-null.json)."""
+    if len(values) < 2:
+        raise ValueError("an interval needs at least two rounds")
+    mean = statistics.fmean(values)
+    t = T_975[len(values) - 2] if len(values) - 1 <= len(T_975) else 1.96
+    half = t * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
 
 
 def machine_info() -> dict[str, Any]:

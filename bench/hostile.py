@@ -19,7 +19,6 @@ Two measurements, side by side in one run:
 from __future__ import annotations
 
 import json
-import random
 import statistics
 import sys
 import tempfile
@@ -36,7 +35,7 @@ from rich.console import Console  # noqa: E402
 from rich.progress import track  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from bench.common import machine_info, write_json  # noqa: E402
+from bench.common import machine_info, t_interval, write_json  # noqa: E402
 from bench.servers import make_registry, start_backend, start_polyspec  # noqa: E402
 
 console = Console()
@@ -130,15 +129,14 @@ def _stats(rounds: list[list[float]]) -> dict[str, float]:
 
 
 def _ratio(num: list[list[float]], den: list[list[float]], q: float = 0.99) -> dict[str, Any]:
-    """Mean over rounds of the per-round ratio of the q-quantiles, with a 95% bootstrap interval."""
+    """Mean over rounds of the per-round ratio of the q-quantiles, with a 95 % Student-t interval over rounds."""
     def quant(values: list[float]) -> float:
         values = sorted(values)
         return values[int(q * (len(values) - 1))]
 
     ratios = [quant(a) / quant(b) for a, b in zip(num, den)]
-    rng = random.Random(0)
-    boot = sorted(statistics.mean(rng.choices(ratios, k=len(ratios))) for _ in range(2000))
-    return {"quantile": q, "mean": statistics.mean(ratios), "ci95": [boot[50], boot[1949]], "per_round": ratios}
+    mean, low, high = t_interval(ratios)
+    return {"quantile": q, "mean": mean, "ci95": [low, high], "interval": "student-t", "per_round": ratios}
 
 
 def measure_health(rounds: int, seconds: float) -> dict[str, Any]:

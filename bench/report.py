@@ -119,7 +119,8 @@ def hostile_md(d: dict[str, Any]) -> str:
     lines += [f"| {name} | {st['p50']:.2f} | {st['p95']:.2f} | {st['p99']:.2f} | {st['max']:.2f} | {st['samples']} |"
               for name, st in h["ms"].items()]
     r = h["attack_over_idle_p99"]
-    lines += ["", f"p99 under attack / idle: {r['mean']:.2f} (95% bootstrap interval over rounds "
+    kind = "Student-t" if r.get("interval") == "student-t" else "bootstrap"
+    lines += ["", f"p99 under attack / idle: {r['mean']:.2f} (95% {kind} interval over rounds "
               f"{r['ci95'][0]:.2f}–{r['ci95'][1]:.2f}; {'above' if r['ci95'][0] > 1 else 'crosses'} 1.0)."]
     return "\n".join(lines)
 

@@ -20,7 +20,6 @@ Writes docs/benchmarks/router_ab/LABEL.json.
 
 from __future__ import annotations
 
-import math
 import statistics
 import subprocess
 import sys
@@ -35,7 +34,7 @@ from rich.console import Console  # noqa: E402
 from rich.progress import Progress  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from bench.common import OUT_DIR, BenchError, machine_info, write_json  # noqa: E402
+from bench.common import OUT_DIR, BenchError, machine_info, t_interval, write_json  # noqa: E402
 from bench.router_overhead import CLIENT_CPU, PACKAGES, ROUTER_CPU, baseline_tree, measure, request_bodies  # noqa: E402
 from bench.servers import SERVED_LANGUAGES, Server, make_registry, start_backend, start_polyspec  # noqa: E402
 
@@ -43,24 +42,13 @@ console = Console(width=150)
 ARMS = ("base", "candidate")
 
 
-# Two-sided 95 % quantiles of Student's t by degrees of freedom (rounds - 1); past 30, the normal's.
-T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-
-
 def ratio_interval(base: list[float], cand: list[float]) -> dict[str, Any]:
-    """Mean of the per-round ratios cand/base and its 95 % Student-t interval over rounds (paired).
-
-    Not a bootstrap: over 5-6 rounds a percentile bootstrap is too narrow (it ignores that the spread itself
-    is estimated from 6 values), and an A/A run of the same code against itself got a verdict from it in one
-    cell of four (docs/benchmarks/router_ab/aa-null.json)."""
+    """Mean of the per-round ratios cand/base and its 95 % Student-t interval over rounds (paired;
+    `bench.common.t_interval` says why not a bootstrap)."""
     ratios = [c / b for b, c in zip(base, cand, strict=True) if b > 0]
     if len(ratios) < 2:
         raise ValueError("at least two rounds with a baseline CPU above zero are needed for an interval")
-    mean = statistics.fmean(ratios)
-    t = T_975[len(ratios) - 2] if len(ratios) - 1 <= len(T_975) else 1.96
-    half = t * statistics.stdev(ratios) / math.sqrt(len(ratios))
-    low, high = mean - half, mean + half
+    mean, low, high = t_interval(ratios)
     verdict = "no difference" if low <= 1.0 <= high else ("candidate cheaper" if high < 1.0 else "candidate dearer")
     return {"ratio_mean": round(mean, 4), "ratio_ci95": [round(low, 4), round(high, 4)],
             "ratios": [round(r, 4) for r in ratios], "interval": "student-t", "verdict": verdict}

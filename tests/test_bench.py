@@ -378,3 +378,15 @@ def test_router_budget_page_shows_the_recorded_run() -> None:
     data = json.loads((root / "docs" / "benchmarks" / "router_budget.json").read_text())
     assert set(data["own_work"]) <= set(data["stages"]) and all(s["median_us"] > 0 for s in data["stages"].values())
     assert router_budget_md(data).strip() in (root / "docs" / "benchmarks.md").read_text()
+
+
+def test_t_interval_is_students_over_rounds() -> None:
+    """bench.common.t_interval: mean ± t(0.975, n-1) · s / √n, the rule of router_ab and hostile."""
+    from bench.common import t_interval
+
+    mean, low, high = t_interval([1.0, 2.0, 3.0])
+    assert mean == 2.0 and abs(high - 2.0 - 4.303 / 3 ** 0.5) < 1e-9 and abs(2.0 - low - 4.303 / 3 ** 0.5) < 1e-9
+    many = t_interval([1.0, 3.0] * 20)  # 40 rounds: past the table, the normal quantile
+    assert abs(many[2] - many[0] - 1.96 * (40 / 39) ** 0.5 / 40 ** 0.5) < 1e-9
+    with pytest.raises(ValueError):
+        t_interval([1.0])

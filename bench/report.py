@@ -8,6 +8,7 @@
     .venv/bin/python bench/report.py speed_policy.json
     .venv/bin/python bench/report.py router_budget.json
     .venv/bin/python bench/report.py router_ab        # every bench/router_ab.py run
+    .venv/bin/python bench/report.py server_floor.json
 """
 
 from __future__ import annotations
@@ -281,6 +282,26 @@ def router_budget_md(d: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+_SERVER_VERDICT = {"no difference": "no measured difference", "candidate cheaper": "cheaper", "candidate dearer": "dearer"}
+
+
+def server_floor_md(d: dict[str, Any]) -> str:
+    """bench/server_floor.py: the floor's CPU per request under each HTTP server, and each against uvicorn."""
+    base, others = d["base"], [s for s in d["servers"] if s != d["base"]]
+    lines = ["| conc | stream | " + " | ".join(f"{s} ms/req" for s in d["servers"]) + " | "
+             + " | ".join(f"{s} / {base} (95 % interval)" for s in others) + " |",
+             "|---:|---|" + "---:|" * len(d["servers"]) + "---|" * len(others)]
+    for c in d["cells"]:
+        cpu = " | ".join(f"{statistics.median(c['cpu_ms'][s]):.3f}" for s in d["servers"])
+        vs = " | ".join(f"{v['ratio_mean']:.3f} ({v['ratio_ci95'][0]:.3f}-{v['ratio_ci95'][1]:.3f}): "
+                        f"{_SERVER_VERDICT[v['verdict']]}" for v in (c["vs_uvicorn"][s] for s in others))
+        lines.append(f"| {c['concurrency']} | {'yes' if c['stream'] else 'no'} | {cpu} | {vs} |")
+    lines += ["", f"{d['rounds']} rounds, each measuring every server at every cell ({d['requests']} requests or "
+              f"{d['max_seconds']:g} s), in an order that rotates per round; CPU ms per request are medians over rounds; "
+              "an interval that crosses 1.0 is no measured difference."]
+    return "\n".join(lines)
+
+
 def router_ab_md(folder: Path) -> str:
     """Every recorded bench/router_ab.py run: per cell, the candidate's CPU per request over the baseline's."""
     lines = ["| run | conc | stream | base ms/req | candidate ms/req | ratio | 95 % interval (Student t) | verdict "
@@ -311,7 +332,7 @@ def main() -> None:
         return
     print({"router_overhead": overhead_md, "load": load_md, "e2e_speedup": e2e_md, "hostile": hostile_md,
            "speed_policy": speed_policy_md, "langid": langid_md,
-           "router_budget": router_budget_md}[d["benchmark"]](d))
+           "router_budget": router_budget_md, "server_floor": server_floor_md}[d["benchmark"]](d))
 
 
 if __name__ == "__main__":

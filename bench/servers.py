@@ -104,12 +104,15 @@ def start_polyspec(workdir: Path, registry_url: str, cpus: str | None, threshold
     return _ready(Server(name, f"http://127.0.0.1:{port}", proc, log), "/ready", 120)
 
 
-def start_python_floor(workdir: Path, backend_url: str, cpus: str | None) -> Server:
-    """bench/python_floor.py: polyspec's server and upstream client with nothing on top (its module says why)."""
+def start_python_floor(workdir: Path, backend_url: str, cpus: str | None, server: str = "uvicorn") -> Server:
+    """bench/python_floor.py: polyspec's server and upstream client with nothing on top (its module says why);
+    ``server``: that forwarding under another HTTP server (python_floor.SERVERS)."""
     port = free_port()
-    cmd = [sys.executable, str(ROOT / "bench" / "python_floor.py"), "--port", str(port), "--backend", backend_url]
-    proc, log = _spawn("python_floor", cmd, workdir, cpus)
-    return _ready(Server("python_floor", f"http://127.0.0.1:{port}", proc, log), "/health", 60)
+    cmd = [sys.executable, str(ROOT / "bench" / "python_floor.py"), "--port", str(port), "--backend", backend_url,
+           "--server", server]
+    name = "python_floor" if server == "uvicorn" else f"python_floor-{server}"
+    proc, log = _spawn(name, cmd, workdir, cpus)
+    return _ready(Server(name, f"http://127.0.0.1:{port}", proc, log), "/health", 60)
 
 
 def start_litellm(workdir: Path, backend_url: str, cpus: str | None) -> Server:

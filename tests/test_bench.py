@@ -390,3 +390,42 @@ def test_t_interval_is_students_over_rounds() -> None:
     assert abs(many[2] - many[0] - 1.96 * (40 / 39) ** 0.5 / 40 ** 0.5) < 1e-9
     with pytest.raises(ValueError):
         t_interval([1.0])
+
+
+def test_server_floor_rotation_gives_every_server_every_slot() -> None:
+    from bench.python_floor import SERVERS
+    from bench.server_floor import rotation
+
+    orders = [rotation(SERVERS, r) for r in range(len(SERVERS))]
+    assert all(sorted(o) == sorted(SERVERS) for o in orders)
+    for slot in range(len(SERVERS)):
+        assert {o[slot] for o in orders} == set(SERVERS)
+
+
+def test_server_floor_page_shows_the_recorded_run() -> None:
+    """docs/benchmarks.md's server table is bench/report.py's rendering of server_floor.json (regenerate with
+    `bench/report.py server_floor.json`); its verdicts follow the A/B rule on the stored rounds."""
+    from pathlib import Path
+
+    from bench.report import server_floor_md
+    from bench.router_ab import ratio_interval
+
+    root = Path(__file__).resolve().parents[1]
+    data = json.loads((root / "docs" / "benchmarks" / "server_floor.json").read_text())
+    for cell in data["cells"]:
+        for server, stored in cell["vs_uvicorn"].items():
+            assert stored == ratio_interval(cell["cpu_ms"][data["base"]], cell["cpu_ms"][server])
+    assert server_floor_md(data).strip() in (root / "docs" / "benchmarks.md").read_text()
+
+
+@pytest.mark.parametrize("levels", ["x", "1,,a", "0", ","])
+def test_server_floor_refuses_bad_concurrency_before_starting_anything(levels: str) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from bench.server_floor import main
+
+    app = typer.Typer()
+    app.command()(main)
+    result = CliRunner().invoke(app, ["--concurrency", levels])
+    assert result.exit_code == 2 and "--concurrency" in result.output

@@ -1,5 +1,6 @@
 """bench/python_floor.py, the router benchmark's floor: it relays answers and streams unchanged, so its CPU per
-request is the stack's, not a shortcut's (a floor that dropped the body or cut streams would look cheap)."""
+request is the stack's, not a shortcut's (a floor that dropped the body or cut streams would look cheap). The
+same under each HTTP server that bench/server_floor.py compares (uvicorn, granian's ASGI and RSGI)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,18 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench.python_floor import SERVERS
 from bench.servers import start_backend, start_python_floor
 
 BODY = {"model": "polyspec", "messages": [{"role": "user", "content": "Bonjour"}], "max_tokens": 16}
 
 
-@pytest.fixture(scope="module")
-def floor(tmp_path_factory: pytest.TempPathFactory):
+@pytest.fixture(scope="module", params=SERVERS)
+def floor(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     workdir: Path = tmp_path_factory.mktemp("floor")
     backend = start_backend(workdir, None, tokens=5)
     try:
-        server = start_python_floor(workdir, backend.url, None)
+        server = start_python_floor(workdir, backend.url, None, server=request.param)
         try:
             yield backend.url, server.url
         finally:

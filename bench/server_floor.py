@@ -1,0 +1,132 @@
+"""Server floor: would another HTTP server lower what every request through the router costs?
+
+bench/router_budget.py finds that uvicorn (httptools, uvloop) alone takes about half of issue 14's 0.4 ms of
+router CPU per request. This bench asks whether another well-kept Python HTTP server would take less. It
+runs the floor of bench/python_floor.py (the router's upstream client forwarding to the fake backend, with
+nothing on top) under each server, on the same core, over the same fake backend:
+
+- ``uvicorn``       the server `polyspec serve` runs (httptools, uvloop);
+- ``granian-asgi``  granian (Rust HTTP; one worker, one runtime thread, uvloop), the same ASGI app;
+- ``granian-rsgi``  granian's own interface (RSGI): no ASGI messages, the same upstream client.
+
+Every cell (concurrency, streamed or not) is measured for each server in each of ``--rounds`` rounds, in an
+order that rotates per round. Reported per cell: CPU ms per request of each server, and each granian
+server's over uvicorn's, the mean of the per-round ratios with a 95 % Student-t interval over rounds
+(`bench.router_ab.ratio_interval`, the A/B rule); an interval that crosses 1.0 is no measured difference.
+
+    flock /tmp/polyspec-heavy.lock .venv/bin/python bench/server_floor.py
+    .venv/bin/python bench/server_floor.py --quick      # smoke run: server_floor_quick.json
+
+Writes docs/benchmarks/server_floor.json; `bench/report.py server_floor.json` prints the table that
+docs/benchmarks.md quotes.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import typer  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.progress import Progress  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from bench.common import BenchError, machine_info, write_json  # noqa: E402
+from bench.python_floor import SERVERS  # noqa: E402
+from bench.router_ab import ratio_interval  # noqa: E402
+from bench.router_overhead import CLIENT_CPU, ROUTER_CPU, measure, request_bodies  # noqa: E402
+from bench.servers import Server, start_backend, start_python_floor  # noqa: E402
+
+console = Console(width=150)
+BASE = SERVERS[0]  # uvicorn: what the others are compared with
+
+
+def rotation(arms: tuple[str, ...], r: int) -> list[str]:
+    """The order of round ``r``: each arm takes each slot once every len(arms) rounds."""
+    k = r % len(arms)
+    return [*arms[k:], *arms[:k]]
+
+
+def run(rounds: int, concs: list[int], requests: int, max_seconds: float) -> list[dict[str, Any]]:
+    bodies = request_bodies(20)
+    cells = [(c, s) for c in concs for s in (False, True)]
+    cpu: dict[tuple[int, bool], dict[str, list[float]]] = {cell: {a: [] for a in SERVERS} for cell in cells}
+    p50: dict[tuple[int, bool], dict[str, list[float]]] = {cell: {a: [] for a in SERVERS} for cell in cells}
+    servers: dict[str, Server] = {}
+    with tempfile.TemporaryDirectory(prefix="polyspec-server-floor-") as tmp:
+        root = Path(tmp)
+        try:
+            servers["backend"] = start_backend(root, CLIENT_CPU)
+            for arm in SERVERS:
+                servers[arm] = start_python_floor(root, servers["backend"].url, ROUTER_CPU, server=arm)
+            with Progress(console=console) as progress:
+                task = progress.add_task("rounds x cells x servers", total=rounds * len(cells) * len(SERVERS))
+                for r in range(rounds):
+                    for cell in cells:
+                        for arm in rotation(SERVERS, r):
+                            s = servers[arm]
+                            m = measure(s, s.url, s.headers, bodies, cell[0], cell[1], requests, max_seconds)
+                            if m["errors"]:
+                                raise BenchError(f"{arm} answered {m['errors']} errors: {m['error_kinds']}")
+                            cpu[cell][arm].append(m["cpu_ms_per_req"])
+                            p50[cell][arm].append(m["p50_ms"])
+                            progress.advance(task)
+        finally:
+            for s in servers.values():
+                s.stop()
+    return [{"concurrency": conc, "stream": stream, "cpu_ms": cpu[(conc, stream)], "p50_ms": p50[(conc, stream)],
+             "vs_uvicorn": {arm: ratio_interval(cpu[(conc, stream)][BASE], cpu[(conc, stream)][arm])
+                            for arm in SERVERS if arm != BASE}}
+            for conc, stream in cells]
+
+
+def print_cells(cells: list[dict[str, Any]]) -> None:
+    table = Table(title="the floor under each HTTP server: router CPU ms per request (median of rounds)")
+    for col in ("conc", "stream", *SERVERS, *(f"{a} / {BASE}" for a in SERVERS[1:])):
+        table.add_column(col, justify="right")
+    for c in cells:
+        ratios = [f"{v['ratio_mean']:.3f} ({v['ratio_ci95'][0]:.3f}-{v['ratio_ci95'][1]:.3f})"
+                  for v in c["vs_uvicorn"].values()]
+        table.add_row(str(c["concurrency"]), "yes" if c["stream"] else "no",
+                      *(f"{statistics.median(c['cpu_ms'][a]):.3f}" for a in SERVERS), *ratios)
+    console.print(table)
+
+
+def main(
+    rounds: int = typer.Option(6, min=2, help="Rounds (the interval is over rounds)."),
+    concurrency: str = typer.Option("1,16,64", help="Comma-separated concurrency levels."),
+    requests: int = typer.Option(1500, min=50, help="Count bound of each measurement."),
+    max_seconds: float = typer.Option(4.0, min=1.0, help="Time bound of each measurement (seconds)."),
+    quick: bool = typer.Option(False, "--quick", help="Smoke run (2 rounds, concurrency 1, 200 requests) to "
+                                                       "server_floor_quick.json."),
+) -> None:
+    """CPU per request of the router's floor under uvicorn and under granian, in rotating rounds."""
+    output = "server_floor.json"
+    if quick:
+        rounds, concurrency, requests, max_seconds, output = 2, "1", 200, 2.0, "server_floor_quick.json"
+    try:
+        concs = sorted({int(c) for c in concurrency.split(",") if c.strip()})
+    except ValueError:
+        console.print(f"[red]error:[/] --concurrency takes integers separated by commas, not {concurrency!r}")
+        raise typer.Exit(2) from None
+    if not concs or min(concs) < 1:
+        console.print("[red]error:[/] --concurrency needs at least one level, each at least 1")
+        raise typer.Exit(2)
+    try:
+        cells = run(rounds, concs, requests, max_seconds)
+    except BenchError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(1) from None
+    print_cells(cells)
+    payload = {"benchmark": "server_floor", "servers": list(SERVERS), "base": BASE, "rounds": rounds,
+               "requests": requests, "max_seconds": max_seconds, "machine": machine_info(), "cells": cells}
+    console.print(f"wrote {write_json(output, payload)}")
+
+
+if __name__ == "__main__":
+    typer.run(main)

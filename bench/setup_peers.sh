@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates .venv-bench (git-ignored) with the benchmark peers, pinned in bench/requirements-peers.lock:
-# the LiteLLM proxy, vllm-router, py-spy. Kept apart from .venv so
+# the LiteLLM proxy, vllm-router, py-spy, and mypy (bench/mypyc_tree.py). Kept apart from .venv so
 # the peers can never change a package pinned in requirements.lock.
 #
 # litellm[proxy] cannot be installed from the registry (its extra pins `litellm-proxy`, which is absent,

@@ -14,16 +14,17 @@ from typing import Any
 from polyspec.core.acceptance import mean_acceptance_length, positions_from_counts
 
 
-def _pad(values: Sequence[int], width: int) -> list[int]:
-    return list(values) + [0] * (width - len(values))
+def _pad(values: Sequence[int], width: int) -> tuple[int, ...]:
+    return tuple(values) + (0,) * (width - len(values))
 
 
 def _count(spec: Mapping[str, Any], name: str) -> int | None:
     """A count of an engine's report; None when missing or malformed (not a number, a bool, negative, or
     past 2**53)."""
     value = spec.get(name)
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 2**53
-    return int(value) if ok else None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 2**53:
+        return None
+    return int(value)
 
 
 @dataclass(frozen=True, slots=True)

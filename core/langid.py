@@ -345,7 +345,7 @@ def _detect_short(cleaned: str, allowed: LabelSet | None) -> LangGuess:
     """A short text: fastText's ranking, weighed (`_weighed`), in a vote with word frequencies and lingua."""
     best, pairs = _fasttext(cleaned, allowed, _FIRST_K, _PAIR_FLOOR)
     if best is None:
-        return _guess(best, allowed)
+        return _guess(None, allowed)
     out = langid_script.ruled_out(cleaned)
     return _vote(cleaned, _weighed(pairs, out, allowed), allowed, out)
 

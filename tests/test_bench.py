@@ -429,3 +429,45 @@ def test_server_floor_refuses_bad_concurrency_before_starting_anything(levels: s
     app.command()(main)
     result = CliRunner().invoke(app, ["--concurrency", levels])
     assert result.exit_code == 2 and "--concurrency" in result.output
+
+
+def test_mypyc_tree_moves_the_structs_out_of_the_compiled_modules(tmp_path) -> None:
+    """bench/mypyc_tree.py: every msgspec Struct of a module mypyc compiles ends in the interpreted STRUCTS
+    module, imported back by name, and the rest of each module is left as it was."""
+    import ast
+    import shutil
+    from pathlib import Path
+
+    from bench.mypyc_tree import HOT, STRUCTS, move_structs
+
+    root = Path(__file__).resolve().parents[1]
+    for name in HOT:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(root / f"{name}.py", tmp_path / f"{name}.py")
+    moved = move_structs(tmp_path)
+    assert sorted(moved) == ["router/body._Message", "router/body._Part", "router/job.Reported"]
+    structs = ast.parse((tmp_path / STRUCTS).read_text())
+    assert [n.name for n in structs.body if isinstance(n, ast.ClassDef)] == ["_Message", "_Part", "Reported"]
+    for name in HOT:
+        text = (tmp_path / f"{name}.py").read_text()
+        tree = ast.parse(text)
+        assert "(msgspec.Struct)" not in text
+        before = [n.name for n in ast.parse((root / f"{name}.py").read_text()).body
+                  if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        assert [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))] == before
+    assert "from polyspec.router._structs import Reported" in (tmp_path / "router/job.py").read_text()
+
+
+def test_mypyc_tree_refuses_a_folder_that_is_not_empty(tmp_path) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from bench.mypyc_tree import main
+
+    (tmp_path / "keep.txt").write_text("mine")
+    app = typer.Typer()
+    app.command()(main)
+    result = CliRunner().invoke(app, [str(tmp_path)])
+    assert result.exit_code == 1 and "not an empty folder" in result.output
+    assert (tmp_path / "keep.txt").read_text() == "mine"
+    assert CliRunner().invoke(app, [str(tmp_path / "keep.txt")]).exit_code == 1  # a file, not a folder

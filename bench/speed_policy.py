@@ -114,7 +114,8 @@ def send(client: httpx.Client, url: str, text: str, max_tokens: int) -> dict[str
                            "backend": resp.headers.get("x-polyspec-backend", "?"),
                            "detected_language": resp.headers.get("x-polyspec-language", "?"),
                            "predicted_tps": float(resp.headers.get("x-polyspec-predicted-tps") or 0) or None,
-                           "route_reason": resp.headers.get("x-polyspec-route-reason"), "tokens": 0,
+                           "route_reason": resp.headers.get("x-polyspec-route-reason"),
+                           "candidates": resp.headers.get("x-polyspec-candidates"), "tokens": 0,
                            "histogram": [], "spec_steps": 0, "misrouted": False}
     if row["ok"]:
         data = resp.json()
@@ -202,6 +203,10 @@ def figures(rows: list[dict[str, Any]], k: int, langs: tuple[str, ...]) -> dict[
             "speed_policy_predicted_tps_mean": round(sum(predicted) / len(predicted), 2) if predicted else None,
             "speed_policy_reasons": {why: sum(r["route_reason"] == why for r in speed_rows)
                                      for why in sorted({str(r["route_reason"]) for r in speed_rows})},
+            # What the speed policy saw for each of its requests, in the order sent (X-Polyspec-Candidates:
+            # draft=predicted tok/s, ranked): why it chose as it did, e.g. which draft a language without its
+            # own kept (runs before session 21 did not record it).
+            "speed_policy_candidates": [r.get("candidates") for r in speed_rows],
             "mean_acceptance_length": {p: cells[p]["mean_acceptance_length"] for p in POLICIES},
             "errors": {p: cells[p]["errors"] for p in POLICIES},
         }

@@ -233,6 +233,24 @@ def test_speed_policy_rotation_gives_every_language_every_order() -> None:
     assert {o[0] for o in orders} == set(POLICIES)
 
 
+def test_speed_policy_figures_keep_what_the_policy_saw_per_request() -> None:
+    """bench/speed_policy.py keeps the X-Polyspec-Candidates header of each speed-policy request, in order, so
+    a run says why a language without its own draft went where it went."""
+    from bench.speed_policy import POLICIES, figures
+
+    rows = []
+    for n, (engine, seen) in enumerate([("en", "en=21.00,fr=20.10"), ("fr", "fr=21.40,en=21.00")]):
+        for policy in POLICIES:
+            speed = policy == "speed_policy"
+            rows.append({"ok": True, "system": policy, "language": "it", "prompt_id": f"it-{n}", "tokens": 20,
+                         "seconds": 1.0, "histogram": [1, 2, 3, 4], "spec_steps": 10, "misrouted": False,
+                         "backend": engine if speed else "en", "predicted_tps": 21.0, "route_reason": "fastest",
+                         "candidates": seen if speed else None})
+    out = figures(rows, 3, ("it",))["it"]
+    assert out["speed_policy_candidates"] == ["en=21.00,fr=20.10", "fr=21.40,en=21.00"]
+    assert out["engines"]["speed_policy"] == {"en": 1, "fr": 1} and out["speed_policy_reasons"] == {"fastest": 2}
+
+
 def test_speed_page_shows_the_recorded_run() -> None:
     """docs/speed.md's table is bench/report.py's rendering of the committed speed_policy.json (regenerate it
     with `.venv/bin/python bench/report.py speed_policy.json`), and the recorded run meets issue 14's bar: the

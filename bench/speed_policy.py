@@ -138,6 +138,11 @@ def warm_up(client: httpx.Client, urls: dict[str, str], langs: tuple[str, ...], 
                 time.sleep(2)
 
 
+def router_name(policy: str) -> str:
+    """The router id (and log name) of a policy's router: mal-policy, speed-policy, no-spec."""
+    return policy.replace("_", "-")
+
+
 def rotation(n: int) -> tuple[str, ...]:
     """The policies' order for a language's n-th prompt: each order in turn."""
     return POLICIES[n % 3:] + POLICIES[: n % 3]
@@ -156,7 +161,12 @@ def run_traffic(urls: dict[str, str], prompts: dict[str, list[Any]], max_tokens:
             # six languages each language kept one order, and where both policies used the same engine, the one
             # sent second ran up to 1.21x faster, likely vLLM's prefix cache holding the prompt.)
             for slot, policy in enumerate(rotation(n)):
-                row = send(client, urls[policy], prompt.text, max_tokens)
+                try:
+                    row = send(client, urls[policy], prompt.text, max_tokens)
+                except httpx.HTTPError as exc:
+                    raise BenchError(f"the {policy} router ({urls[policy]}) did not answer {prompt.id}: "
+                                     f"{type(exc).__name__}: {exc}. Its log is polyspec-{router_name(policy)}.log and "
+                                     f"the {len(rows)} requests before are in {journal.name}, both in --logs") from None
                 row.update(prompt_id=prompt.id, language=lang, system=policy, repeat=0, slot=slot)
                 rows.append(row)
                 with journal.open("a", encoding="utf-8") as f:
@@ -271,7 +281,9 @@ def main(
                 # A generous health timeout: several engines on a small machine answer /health slowly under load.
                 env = {"POLYSPEC_ROUTER_POLICY": "mal" if policy == "mal_policy" else "speed",
                        "POLYSPEC_ROUTER_HEALTH_TIMEOUT_S": "10"}
-                server = start_polyspec(work, regs[policy], None, extra_env=env)
+                # One router id (and so one log, polyspec-<id>.log) per policy: with one shared name the
+                # three routers wrote one log, and a router that died left no trace of which it was.
+                server = start_polyspec(work, regs[policy], None, extra_env=env, router_id=router_name(policy))
                 stack.callback(server.stop)
                 urls[policy] = server.url
             logs.mkdir(parents=True, exist_ok=True)

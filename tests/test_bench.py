@@ -251,6 +251,26 @@ def test_speed_policy_figures_keep_what_the_policy_saw_per_request() -> None:
     assert out["engines"]["speed_policy"] == {"en": 1, "fr": 1} and out["speed_policy_reasons"] == {"fastest": 2}
 
 
+def test_speed_policy_names_the_router_that_stops_answering(tmp_path, monkeypatch) -> None:
+    """A policy's router that dies mid-run stops the bench with its name, its log and the requests kept so far
+    (a full run once ended in a bare ConnectError, with the three routers' logs in one file)."""
+    from types import SimpleNamespace
+
+    import bench.speed_policy as sp
+    from bench.common import BenchError
+    from polyspec.core.ports import free_port
+
+    monkeypatch.setattr(sp, "warm_up", lambda *args, **kwargs: None)  # the routers here never answer at all
+    dead = f"http://127.0.0.1:{free_port()}"
+    journal = tmp_path / "requests.jsonl"
+    prompts = {"it": [SimpleNamespace(id="mtbench-it-81", text="Ciao")]}
+    with pytest.raises(BenchError) as err:
+        sp.run_traffic({p: dead for p in sp.POLICIES}, prompts, 8, journal, ("it",))
+    message = str(err.value)
+    assert "the no_spec router" in message and "mtbench-it-81" in message and "polyspec-no-spec.log" in message
+    assert sp.router_name("mal_policy") == "mal-policy"
+
+
 def test_speed_page_shows_the_recorded_run() -> None:
     """docs/speed.md's table is bench/report.py's rendering of the committed speed_policy.json (regenerate it
     with `.venv/bin/python bench/report.py speed_policy.json`), and the recorded run meets issue 14's bar: the

@@ -52,6 +52,35 @@ def ratio_interval(base: list[float], cand: list[float]) -> dict[str, Any]:
             "ratios": [round(r, 4) for r in ratios], "interval": "student-t", "verdict": verdict}
 
 
+def rotation(arms: tuple[str, ...], r: int) -> list[str]:
+    """The order of round ``r``: each arm takes each slot once every len(arms) rounds (two arms alternate)."""
+    k = r % len(arms)
+    return [*arms[k:], *arms[:k]]
+
+
+Cell = tuple[int, bool]  # (concurrency, streamed)
+
+
+def measure_rounds(servers: dict[str, Server], arms: tuple[str, ...], cells: list[Cell], rounds: int,
+                   bodies: list[dict[str, Any]], requests: int, max_seconds: float, label: str
+                   ) -> dict[Cell, dict[str, list[dict[str, Any]]]]:
+    """Every arm at every cell in every round, in the order ``rotation`` gives: the measurements per cell
+    and arm, in round order. An arm that answers any error stops the run (BenchError)."""
+    out: dict[Cell, dict[str, list[dict[str, Any]]]] = {cell: {a: [] for a in arms} for cell in cells}
+    with Progress(console=console) as progress:
+        task = progress.add_task(label, total=rounds * len(cells) * len(arms))
+        for r in range(rounds):
+            for conc, stream in cells:
+                for arm in rotation(arms, r):
+                    s = servers[arm]
+                    m = measure(s, s.url, s.headers, bodies, conc, stream, requests, max_seconds)
+                    if m["errors"]:
+                        raise BenchError(f"{arm} answered {m['errors']} errors: {m['error_kinds']}")
+                    out[(conc, stream)][arm].append(m)
+                    progress.advance(task)
+    return out
+
+
 def _commit(ref: str) -> str:
     """``ref`` as a short commit hash (HEAD or stash@{0} mean nothing once the run is recorded)."""
     out = subprocess.run(["git", "-C", str(Path(__file__).resolve().parents[1]), "rev-parse", "--short", ref],
@@ -67,7 +96,6 @@ def _start(workdir: Path, registry: str, pythonpath: Path | None) -> Server:
 def run(base: str, candidate: str, candidate_path: Path | None, folders: set[str], rounds: int,
         concs: list[int], requests: int, max_seconds: float) -> list[dict[str, Any]]:
     bodies = request_bodies(20)
-    cpu: dict[tuple[int, bool], dict[str, list[float]]] = {}
     servers: dict[str, Server] = {}
     with tempfile.TemporaryDirectory(prefix="polyspec-ab-") as tmp:
         root = Path(tmp)
@@ -81,20 +109,12 @@ def run(base: str, candidate: str, candidate_path: Path | None, folders: set[str
                 candidate_path = baseline_tree(root / "cand", candidate, folders)
             servers["candidate"] = _start(root, registry, candidate_path)
             cells = [(c, s) for c in concs for s in (False, True)]
-            with Progress(console=console) as progress:
-                task = progress.add_task("rounds x cells x arms", total=rounds * len(cells) * 2)
-                for r in range(rounds):
-                    for conc, stream in cells:
-                        for arm in (ARMS if r % 2 == 0 else ARMS[::-1]):
-                            s = servers[arm]
-                            m = measure(s, s.url, s.headers, bodies, conc, stream, requests, max_seconds)
-                            if m["errors"]:
-                                raise BenchError(f"{arm} answered {m['errors']} errors: {m['error_kinds']}")
-                            cpu.setdefault((conc, stream), {a: [] for a in ARMS})[arm].append(m["cpu_ms_per_req"])
-                            progress.advance(task)
+            measured = measure_rounds(servers, ARMS, cells, rounds, bodies, requests, max_seconds,
+                                      "rounds x cells x arms")
         finally:
             for s in servers.values():
                 s.stop()
+    cpu = {cell: {arm: [m["cpu_ms_per_req"] for m in ms] for arm, ms in by_arm.items()} for cell, by_arm in measured.items()}
     return [{"concurrency": conc, "stream": stream, "base_cpu_ms": d["base"], "candidate_cpu_ms": d["candidate"],
              **ratio_interval(d["base"], d["candidate"])} for (conc, stream), d in sorted(cpu.items())]
 

@@ -10,7 +10,7 @@ nothing on top) under each server, on the same core, over the same fake backend:
 - ``granian-rsgi``  granian's own interface (RSGI): no ASGI messages, the same upstream client.
 
 Every cell (concurrency, streamed or not) is measured for each server in each of ``--rounds`` rounds, in an
-order that rotates per round. Reported per cell: CPU ms per request of each server, and each granian
+order that rotates per round (`bench.router_ab.measure_rounds`, the A/B loop). Reported per cell: CPU ms per request of each server, and each granian
 server's over uvicorn's, the mean of the per-round ratios with a 95 % Student-t interval over rounds
 (`bench.router_ab.ratio_interval`, the A/B rule); an interval that crosses 1.0 is no measured difference.
 
@@ -33,30 +33,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
-from rich.progress import Progress  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from bench.common import BenchError, machine_info, write_json  # noqa: E402
 from bench.python_floor import SERVERS  # noqa: E402
-from bench.router_ab import ratio_interval  # noqa: E402
-from bench.router_overhead import CLIENT_CPU, ROUTER_CPU, measure, request_bodies  # noqa: E402
+from bench.router_ab import measure_rounds, ratio_interval  # noqa: E402
+from bench.router_overhead import CLIENT_CPU, ROUTER_CPU, request_bodies  # noqa: E402
 from bench.servers import Server, start_backend, start_python_floor  # noqa: E402
 
 console = Console(width=150)
 BASE = SERVERS[0]  # uvicorn: what the others are compared with
 
 
-def rotation(arms: tuple[str, ...], r: int) -> list[str]:
-    """The order of round ``r``: each arm takes each slot once every len(arms) rounds."""
-    k = r % len(arms)
-    return [*arms[k:], *arms[:k]]
-
-
 def run(rounds: int, concs: list[int], requests: int, max_seconds: float) -> list[dict[str, Any]]:
     bodies = request_bodies(20)
     cells = [(c, s) for c in concs for s in (False, True)]
-    cpu: dict[tuple[int, bool], dict[str, list[float]]] = {cell: {a: [] for a in SERVERS} for cell in cells}
-    p50: dict[tuple[int, bool], dict[str, list[float]]] = {cell: {a: [] for a in SERVERS} for cell in cells}
     servers: dict[str, Server] = {}
     with tempfile.TemporaryDirectory(prefix="polyspec-server-floor-") as tmp:
         root = Path(tmp)
@@ -64,25 +55,18 @@ def run(rounds: int, concs: list[int], requests: int, max_seconds: float) -> lis
             servers["backend"] = start_backend(root, CLIENT_CPU)
             for arm in SERVERS:
                 servers[arm] = start_python_floor(root, servers["backend"].url, ROUTER_CPU, server=arm)
-            with Progress(console=console) as progress:
-                task = progress.add_task("rounds x cells x servers", total=rounds * len(cells) * len(SERVERS))
-                for r in range(rounds):
-                    for cell in cells:
-                        for arm in rotation(SERVERS, r):
-                            s = servers[arm]
-                            m = measure(s, s.url, s.headers, bodies, cell[0], cell[1], requests, max_seconds)
-                            if m["errors"]:
-                                raise BenchError(f"{arm} answered {m['errors']} errors: {m['error_kinds']}")
-                            cpu[cell][arm].append(m["cpu_ms_per_req"])
-                            p50[cell][arm].append(m["p50_ms"])
-                            progress.advance(task)
+            measured = measure_rounds(servers, SERVERS, cells, rounds, bodies, requests, max_seconds,
+                                      "rounds x cells x servers")
         finally:
             for s in servers.values():
                 s.stop()
-    return [{"concurrency": conc, "stream": stream, "cpu_ms": cpu[(conc, stream)], "p50_ms": p50[(conc, stream)],
-             "vs_uvicorn": {arm: ratio_interval(cpu[(conc, stream)][BASE], cpu[(conc, stream)][arm])
-                            for arm in SERVERS if arm != BASE}}
-            for conc, stream in cells]
+    out = []
+    for (conc, stream), by_arm in measured.items():
+        cpu = {arm: [m["cpu_ms_per_req"] for m in ms] for arm, ms in by_arm.items()}
+        out.append({"concurrency": conc, "stream": stream, "cpu_ms": cpu,
+                    "p50_ms": {arm: [m["p50_ms"] for m in ms] for arm, ms in by_arm.items()},
+                    "vs_uvicorn": {arm: ratio_interval(cpu[BASE], cpu[arm]) for arm in SERVERS if arm != BASE}})
+    return out
 
 
 def print_cells(cells: list[dict[str, Any]]) -> None:

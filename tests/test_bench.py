@@ -430,14 +430,16 @@ def test_t_interval_is_students_over_rounds() -> None:
         t_interval([1.0])
 
 
-def test_server_floor_rotation_gives_every_server_every_slot() -> None:
+def test_ab_rounds_rotation_gives_every_arm_every_slot() -> None:
+    """bench.router_ab.rotation, the order of router_ab's two arms (alternating) and server_floor's three."""
     from bench.python_floor import SERVERS
-    from bench.server_floor import rotation
+    from bench.router_ab import ARMS, rotation
 
     orders = [rotation(SERVERS, r) for r in range(len(SERVERS))]
     assert all(sorted(o) == sorted(SERVERS) for o in orders)
     for slot in range(len(SERVERS)):
         assert {o[slot] for o in orders} == set(SERVERS)
+    assert [rotation(ARMS, r) for r in range(3)] == [list(ARMS), list(ARMS[::-1]), list(ARMS)]
 
 
 def test_server_floor_page_shows_the_recorded_run() -> None:

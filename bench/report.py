@@ -153,7 +153,8 @@ def speed_policy_md(d: dict[str, Any]) -> str:
     settings, seconds = d.get("settings") or {}, d.get("seconds") or {}
     if settings and seconds:
         lines += ["", f"The run: {settings['turns']} MT-Bench first turns per language, {settings['max_tokens']} tokens "
-                  f"each, greedy, one request at a time, policies in rotating order; {len(d.get('calibration', []))} "
+                  f"each, greedy, one request at a time, policies in "
+                  f"{'balanced orders' if d.get('carryover') else 'rotating order'}; {len(d.get('calibration', []))} "
                   f"engines (started in {seconds['engines_start'] / 60:.0f} of the run's {seconds['total'] / 60:.0f} "
                   f"minutes), k = {settings['k']}."]
         for lang in settings.get("no_draft", []):
@@ -162,6 +163,14 @@ def speed_policy_md(d: dict[str, Any]) -> str:
                          f"{engines(r['engines']['mal_policy'])}, the speed policy {engines(r['engines']['speed_policy'])}; "
                          f"speed / MAL policy {ratio(r['speed_over_mal'])}, speed / no speculation "
                          f"{ratio(r['speed_over_no_spec'])}.")
+    carry = d.get("carryover")
+    if carry:  # runs before session 22 did not measure it
+        said = {"speed_after_mal": "the speed policy's request straight after the MAL policy's",
+                "mal_after_speed": "the MAL policy's straight after the speed policy's",
+                "apart": "the no-spec request between them"}
+        parts = [f"{said[name]}: {ratio(c) if c.get('ci95') else c.get('ratio', '-')} ({c['prompts']} prompts)"
+                 for name, c in carry.items()]
+        lines.append("Carry-over, speed / MAL policy tok/s where both used one engine, by order: " + "; ".join(parts) + ".")
     return "\n".join(lines)
 
 

@@ -13,11 +13,13 @@ over its own copy of the registry) share the engines:
                     engine without speculation included.
 
 Each MT-Bench first turn of each language goes to the three routers, one request at a time, greedy, in an
-order that rotates per prompt, so machine noise hits every policy alike. Reported per language: tokens/s of
+order that turns per prompt (``ORDERS``: each policy in each slot and straight after each other policy equally
+often), so machine noise and the carry-over from one request to the next hit every policy alike (``carryover``
+in the JSON says how large that was). Reported per language: tokens/s of
 each policy (client wall time, router included), the engine each policy used, the speed policy's predicted
 tokens/s, and speed / max(no_spec, mal) with a 95 % bootstrap interval over prompts (paired).
 
-    flock /tmp/polyspec-heavy.lock .venv/bin/python bench/speed_policy.py            # full run (~30 min)
+    flock /tmp/polyspec-heavy.lock .venv/bin/python bench/speed_policy.py            # full run (~40 min)
     flock /tmp/polyspec-heavy.lock .venv/bin/python bench/speed_policy.py --quick    # 3 prompts, 32 tokens
 
 Writes docs/benchmarks/speed_policy.json and speed_policy.png; `bench/report.py speed_policy.json` prints
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -38,9 +41,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx  # noqa: E402
+import psutil  # noqa: E402
 import typer  # noqa: E402
 
-from bench.common import OUT_DIR, ROOT, BenchError, machine_info, save_figure, write_json  # noqa: E402
+from bench.common import OUT_DIR, ROOT, BenchError, machine_info, save_figure, t_interval, write_json  # noqa: E402
 from bench.e2e_figures import console, ratio_ci, summarize  # noqa: E402
 from bench.e2e_speedup import keep_logs, shipped_draft  # noqa: E402
 from bench.servers import start_polyspec  # noqa: E402
@@ -143,9 +147,22 @@ def router_name(policy: str) -> str:
     return policy.replace("_", "-")
 
 
+# The six orders of the three policies, each followed by its reverse. A request right after another to the
+# same engine runs faster (session 21's partial run: on the same engine, with the same steps, the MAL policy's
+# request took up to 1.37x the speed policy's, which came straight after it). Plain rotation (ns, mal, sp),
+# (mal, sp, ns), (sp, ns, mal) always put the speed policy straight after the MAL policy and never the other way
+# round, so where both used one engine it favoured the speed policy. Here each policy takes each slot, and
+# follows each other policy directly, equally often over every two prompts.
+ORDERS: tuple[tuple[str, ...], ...] = (
+    ("no_spec", "mal_policy", "speed_policy"), ("speed_policy", "mal_policy", "no_spec"),
+    ("mal_policy", "speed_policy", "no_spec"), ("no_spec", "speed_policy", "mal_policy"),
+    ("speed_policy", "no_spec", "mal_policy"), ("mal_policy", "no_spec", "speed_policy"),
+)
+
+
 def rotation(n: int) -> tuple[str, ...]:
-    """The policies' order for a language's n-th prompt: each order in turn."""
-    return POLICIES[n % 3:] + POLICIES[: n % 3]
+    """The policies' order for a language's n-th prompt (``ORDERS`` in turn)."""
+    return ORDERS[n % len(ORDERS)]
 
 
 def run_traffic(urls: dict[str, str], prompts: dict[str, list[Any]], max_tokens: int, journal: Path,
@@ -156,10 +173,9 @@ def run_traffic(urls: dict[str, str], prompts: dict[str, list[Any]], max_tokens:
     with httpx.Client(timeout=600, limits=httpx.Limits(max_keepalive_connections=0)) as client:
         warm_up(client, urls, langs)
         for i, (n, lang, prompt) in enumerate(order):
-            # The order rotates with the prompt's number within its language, so that every language sees each
-            # policy in each slot. (Session 10's full run rotated with the position in the interleaved list: with
-            # six languages each language kept one order, and where both policies used the same engine, the one
-            # sent second ran up to 1.21x faster, likely vLLM's prefix cache holding the prompt.)
+            # The order turns with the prompt's number within its language, so that every language sees each
+            # policy in each slot and after each other policy. (Session 10's full run rotated with the position
+            # in the interleaved list: with six languages each language kept one order; see ORDERS.)
             for slot, policy in enumerate(rotation(n)):
                 try:
                     row = send(client, urls[policy], prompt.text, max_tokens)
@@ -167,7 +183,9 @@ def run_traffic(urls: dict[str, str], prompts: dict[str, list[Any]], max_tokens:
                     raise BenchError(f"the {policy} router ({urls[policy]}) did not answer {prompt.id}: "
                                      f"{type(exc).__name__}: {exc}. Its log is polyspec-{router_name(policy)}.log and "
                                      f"the {len(rows)} requests before are in {journal.name}, both in --logs") from None
-                row.update(prompt_id=prompt.id, language=lang, system=policy, repeat=0, slot=slot)
+                # memory left: six engines fill most of this machine, and a router killed for memory ends the run
+                row.update(prompt_id=prompt.id, language=lang, system=policy, repeat=0, slot=slot,
+                           mem_available_gib=round(psutil.virtual_memory().available / 2**30, 2))
                 rows.append(row)
                 with journal.open("a", encoding="utf-8") as f:
                     f.write(json.dumps(row) + "\n")
@@ -223,6 +241,49 @@ def figures(rows: list[dict[str, Any]], k: int, langs: tuple[str, ...]) -> dict[
     return out
 
 
+def carryover(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How much a request gains from coming straight after one to the same engine: over the prompts where the
+    MAL and speed policies used the same engine, speed/MAL tokens/s when the speed policy's request came
+    straight after the MAL policy's, when the MAL policy's came straight after the speed policy's, and when the
+    no-spec request came between. ``ORDERS`` gives the first two cases equal weight, so the effect cancels in
+    the policies' figures; this says how large it was (ratios near 1.0 in all three: no such effect)."""
+    pairs: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        pairs.setdefault((r["language"], r["prompt_id"]), {})[r["system"]] = r
+    groups: dict[str, list[float]] = {"speed_after_mal": [], "mal_after_speed": [], "apart": []}
+    for by in pairs.values():
+        s, m = by.get("speed_policy"), by.get("mal_policy")
+        if not (s and m and s["ok"] and m["ok"] and s["seconds"] and m["seconds"] and m["tokens"]) \
+                or s["backend"] != m["backend"]:
+            continue
+        ratio = (s["tokens"] / s["seconds"]) / (m["tokens"] / m["seconds"])
+        gap = s["slot"] - m["slot"]
+        groups["speed_after_mal" if gap == 1 else "mal_after_speed" if gap == -1 else "apart"].append(ratio)
+    out: dict[str, Any] = {}
+    for name, ratios in groups.items():
+        cell: dict[str, Any] = {"prompts": len(ratios)}
+        if len(ratios) >= 2:
+            mean, low, high = t_interval(ratios)
+            cell.update(ratio=round(mean, 3), ci95=[round(low, 3), round(high, 3)])
+        elif ratios:
+            cell["ratio"] = round(ratios[0], 3)
+        out[name] = cell
+    return out
+
+
+def exited(servers: dict[str, Any]) -> str:
+    """What became of routers that are no longer running: '' while all run. A router killed by SIGKILL on this
+    machine without swap was most likely the kernel's OOM killer (six engines take most of its memory)."""
+    notes = []
+    for policy, server in servers.items():
+        code = server.proc.poll()
+        if code is None:
+            continue
+        why = " (SIGKILL: likely the kernel's OOM killer; see dmesg)" if code == -signal.SIGKILL else ""
+        notes.append(f"the {policy} router exited with status {code}{why}")
+    return "; ".join(notes)
+
+
 def plot(languages: dict[str, Any], path: Path, title: str, drafted: tuple[str, ...]) -> None:
     import matplotlib
 
@@ -250,7 +311,7 @@ def plot(languages: dict[str, Any], path: Path, title: str, drafted: tuple[str, 
 
 def main(
     quick: bool = typer.Option(False, "--quick", help="3 prompts per language, 32 tokens."),
-    turns: int = typer.Option(10, help="MT-Bench first turns per language."),
+    turns: int = typer.Option(12, help="MT-Bench first turns per language (12: each of the six ORDERS twice)."),
     max_tokens: int = typer.Option(96),
     k: int = typer.Option(3, help="num_speculative_tokens of the draft engines."),
     languages: str = typer.Option(",".join((*SHIPPED, *NO_DRAFT)), help="Traffic languages; an engine starts for "
@@ -276,7 +337,7 @@ def main(
             engines = start_engines(stack, work, verifier, k, drafted)
             started = time.monotonic() - t0
             regs = build_registries(work, verifier, {n: e.url for n, e in engines.items()}, calibrate, drafted)
-            urls = {}
+            urls, servers = {}, {}
             for policy in POLICIES:
                 # A generous health timeout: several engines on a small machine answer /health slowly under load.
                 env = {"POLYSPEC_ROUTER_POLICY": "mal" if policy == "mal_policy" else "speed",
@@ -285,22 +346,28 @@ def main(
                 # three routers wrote one log, and a router that died left no trace of which it was.
                 server = start_polyspec(work, regs[policy], None, extra_env=env, router_id=router_name(policy))
                 stack.callback(server.stop)
-                urls[policy] = server.url
+                urls[policy], servers[policy] = server.url, server
             logs.mkdir(parents=True, exist_ok=True)
             journal = logs / "requests.jsonl"
             journal.unlink(missing_ok=True)
-            rows = run_traffic(urls, load_mtbench(langs, turns=(1,), limit=turns), max_tokens, journal, langs)
+            try:
+                rows = run_traffic(urls, load_mtbench(langs, turns=(1,), limit=turns), max_tokens, journal, langs)
+            except BenchError as exc:
+                raise BenchError(f"{exc}. {exited(servers) or 'Every router was still running.'}") from None
     except BenchError as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(1) from None
     results = figures(rows, k, langs)
-    payload = {"benchmark": "speed_policy", "languages": results, "calibration": json.loads(regs["calibration"]),
+    payload = {"benchmark": "speed_policy", "languages": results, "carryover": carryover(rows),
+               "calibration": json.loads(regs["calibration"]),
                "settings": {"quick": quick, "turns": turns, "max_tokens": max_tokens, "k": k, "calibrate": calibrate,
                             "drafted": list(drafted), "no_draft": [lang for lang in langs if lang not in drafted]},
                "seconds": {"engines_start": round(started, 1), "total": round(time.monotonic() - t0, 1)},
                "machine": machine, "requests": len(rows)}
     name = "speed_policy_quick" if quick else "speed_policy"
+    payload["mem_available_gib_min"] = min((r["mem_available_gib"] for r in rows), default=None)
     path = write_json(f"{name}.json", payload)
+    shutil.copyfile(journal, OUT_DIR / f"{name}_requests.jsonl")  # every request, for analyses like carryover
     plot(results, OUT_DIR / f"{name}.png", f"bench/speed_policy.py, {len(rows)} requests, max_tokens {max_tokens}",
          drafted)
     from bench.report import speed_policy_md

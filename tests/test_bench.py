@@ -223,14 +223,74 @@ def test_adaptation_page_shows_the_recorded_runs() -> None:
                and r["failed_requests_during_swap"] == 0 for r in data["runs"])
 
 
-def test_speed_policy_rotation_gives_every_language_every_order() -> None:
-    """bench/speed_policy.py: each language's prompts take the three policy orders in turn, whatever the number
-    of languages (the full run of session 10 kept one order per language, with six languages)."""
-    from bench.speed_policy import POLICIES, rotation
+def test_speed_policy_orders_balance_slots_and_who_follows_whom() -> None:
+    """bench/speed_policy.py: over every two prompts of a language, the MAL and speed policies each come straight
+    after the other equally often (a request straight after one to the same engine runs faster, and plain
+    rotation always put the speed policy second), and over all six orders every policy takes every slot twice."""
+    from collections import Counter
 
-    orders = {rotation(n) for n in range(3)}
-    assert len(orders) == 3 and all(sorted(o) == sorted(POLICIES) for o in orders)
-    assert {o[0] for o in orders} == set(POLICIES)
+    from bench.speed_policy import ORDERS, POLICIES, rotation
+
+    assert sorted(map(tuple, map(sorted, ORDERS))) == [tuple(sorted(POLICIES))] * 6 and len(set(ORDERS)) == 6
+    assert all(Counter(rotation(n)[slot] for n in range(6)) == Counter({p: 2 for p in POLICIES}) for slot in range(3))
+
+    def follows(order: tuple[str, ...], first: str, then: str) -> bool:
+        return any(order[i] == first and order[i + 1] == then for i in range(2))
+
+    for prefix in range(2, 13, 2):
+        orders = [rotation(n) for n in range(prefix)]
+        assert sum(follows(o, "mal_policy", "speed_policy") for o in orders) == \
+            sum(follows(o, "speed_policy", "mal_policy") for o in orders)
+
+
+def test_speed_policy_carryover_splits_same_engine_pairs_by_order() -> None:
+    """bench/speed_policy.carryover: speed/MAL tok/s over prompts where both used one engine, by which came
+    straight after the other; prompts on two engines, or with a failed request, are left out."""
+    from bench.speed_policy import carryover
+
+    def row(prompt: str, system: str, slot: int, seconds: float, backend: str = "en", ok: bool = True) -> dict:
+        return {"language": "it", "prompt_id": prompt, "system": system, "slot": slot, "seconds": seconds,
+                "tokens": 96, "backend": backend, "ok": ok}
+
+    rows = [row("a", "mal_policy", 1, 4.0), row("a", "speed_policy", 2, 3.2),      # speed after MAL: 1.25
+            row("b", "mal_policy", 1, 4.0), row("b", "speed_policy", 2, 3.0),      # 1.333
+            row("c", "speed_policy", 1, 4.0), row("c", "mal_policy", 2, 3.2),      # MAL after speed: 0.8
+            row("d", "speed_policy", 0, 4.0), row("d", "mal_policy", 2, 4.0),      # apart: 1.0
+            row("e", "mal_policy", 0, 4.0), row("e", "speed_policy", 1, 2.0, backend="fr"),  # two engines
+            row("f", "mal_policy", 0, 4.0), row("f", "speed_policy", 1, 2.0, ok=False)]
+    out = carryover(rows)
+    assert out["speed_after_mal"]["prompts"] == 2 and out["speed_after_mal"]["ratio"] == pytest.approx(1.292, abs=1e-3)
+    lo, hi = out["speed_after_mal"]["ci95"]
+    assert lo < 1.292 < hi
+    assert out["mal_after_speed"] == {"prompts": 1, "ratio": 0.8}
+    assert out["apart"] == {"prompts": 1, "ratio": 1.0}
+
+
+def test_speed_policy_names_a_router_that_died_and_how() -> None:
+    """bench/speed_policy.exited: a router that is no longer running is named with its exit status, and one
+    killed by SIGKILL is pointed at the OOM killer; running routers are not mentioned."""
+    import signal
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from bench.speed_policy import exited
+
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    failed = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    try:
+        killed.send_signal(signal.SIGKILL)
+        killed.wait(10), failed.wait(10)
+        note = exited({"no_spec": SimpleNamespace(proc=running), "mal_policy": SimpleNamespace(proc=killed),
+                       "speed_policy": SimpleNamespace(proc=failed)})
+    finally:
+        running.kill()
+        running.wait(10)
+    assert "no_spec" not in note
+    assert "the mal_policy router exited with status -9 (SIGKILL: likely the kernel's OOM killer" in note
+    assert "the speed_policy router exited with status 3" in note and note.count("OOM") == 1
+    assert exited({}) == ""
 
 
 def test_speed_policy_figures_keep_what_the_policy_saw_per_request() -> None:

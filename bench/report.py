@@ -171,7 +171,32 @@ def speed_policy_md(d: dict[str, Any]) -> str:
         parts = [f"{said[name]}: {ratio(c) if c.get('ci95') else c.get('ratio', '-')} ({c['prompts']} prompts)"
                  for name, c in carry.items()]
         lines.append("Carry-over, speed / MAL policy tok/s where both used one engine, by order: " + "; ".join(parts) + ".")
+    lines += _speed_policy_bar(d)
+    steps = d.get("engine_steps")
+    if steps:  # runs before session 22 did not keep it
+        lines += ["", "| engine | calibrated ms/step, batch 1 | live ms/step, median of the run's requests | requests |",
+                  "|---|---:|---:|---:|"]
+        for name, e in steps.items():
+            cal, live = e["calibrated_step_s"], e["live_step_s_median"]
+            lines.append(f"| {name} | {'-' if cal is None else f'{cal * 1000:.1f}'} | "
+                         f"{'-' if live is None else f'{live * 1000:.1f}'} | {e['live_requests']} |")
     return "\n".join(lines)
+
+
+def _speed_policy_bar(d: dict[str, Any]) -> list[str]:
+    """Issue 14's bar, judged on the point estimates: speed >= 0.95 x the better other policy on every
+    language, and speed > MAL on each language without a draft."""
+    missed = [f"{lang} ({r['speed_policy_tps'] / max(r['no_spec_tps'], r['mal_policy_tps']):.3f})"
+              for lang, r in d["languages"].items()
+              if r["speed_policy_tps"] < 0.95 * max(r["no_spec_tps"], r["mal_policy_tps"])]
+    behind = [lang for lang in (d.get("settings") or {}).get("no_draft", [])
+              if d["languages"][lang]["speed_policy_tps"] <= d["languages"][lang]["mal_policy_tps"]]
+    line = ("Bar (speed policy at least 0.95 x the better other policy, point estimates): "
+            + (f"missed on {', '.join(missed)}" if missed else "met on every language"))
+    if (d.get("settings") or {}).get("no_draft"):
+        line += ("; speed above MAL on the language(s) without a draft: "
+                 + (f"no, on {', '.join(behind)}" if behind else "yes"))
+    return [line + "."]
 
 
 def langid_md(d: dict[str, Any]) -> str:

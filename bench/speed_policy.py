@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -271,6 +272,28 @@ def carryover(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def engine_steps(rows: list[dict[str, Any]], calibration: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per engine: the calibrated seconds per step at batch 1 (what the speed policy ranks by, before live
+    figures) beside the median seconds per step of the run's requests (wall time over steps, as the router
+    measures live: prefill and HTTP included). Engines of one shape (same verifier, draft size and k) should
+    step alike; where the calibrated figures differ more than the live ones, calibration noise, not the
+    engines, decides between drafts with close acceptance."""
+    live: dict[str, list[float]] = {}
+    for r in rows:
+        steps = r["spec_steps"] if r["backend"] != "plain" else r["tokens"]
+        if r["ok"] and steps >= 4:  # router.speed.MIN_STEPS: fewer steps are mostly prefill
+            live.setdefault(r["backend"], []).append(r["seconds"] / steps)
+    out: dict[str, Any] = {}
+    for cal in calibration:
+        first = min(cal.get("points") or [], key=lambda p: p["batch_size"], default=None)
+        samples = sorted(live.get(cal["deployment"], []))
+        out[cal["deployment"]] = {
+            "calibrated_step_s": round(first["step_s"], 5) if first and first["batch_size"] == 1 else None,
+            "live_step_s_median": round(statistics.median(samples), 5) if samples else None,
+            "live_requests": len(samples)}
+    return out
+
+
 def exited(servers: dict[str, Any]) -> str:
     """What became of routers that are no longer running: '' while all run. A router killed by SIGKILL on this
     machine without swap was most likely the kernel's OOM killer (six engines take most of its memory)."""
@@ -358,8 +381,9 @@ def main(
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(1) from None
     results = figures(rows, k, langs)
+    calibration = json.loads(regs["calibration"])
     payload = {"benchmark": "speed_policy", "languages": results, "carryover": carryover(rows),
-               "calibration": json.loads(regs["calibration"]),
+               "engine_steps": engine_steps(rows, calibration), "calibration": calibration,
                "settings": {"quick": quick, "turns": turns, "max_tokens": max_tokens, "k": k, "calibrate": calibrate,
                             "drafted": list(drafted), "no_draft": [lang for lang in langs if lang not in drafted]},
                "seconds": {"engines_start": round(started, 1), "total": round(time.monotonic() - t0, 1)},

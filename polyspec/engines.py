@@ -126,7 +126,7 @@ def calibrate_deployments(registry: Any, names: list[str], *, batches: list[int]
 
     from polyspec.core.console import console
     from polyspec.registry import NotFound
-    from polyspec.router.calibrate import CalibrationFailed, calibrate_engine
+    from polyspec.router.calibrate import CalibrationFailed, calibrate_engines
 
     active = {d.name: d for d in registry.active_deployments()}
     missing = [n for n in names if n not in active]
@@ -137,25 +137,30 @@ def calibrate_deployments(registry: Any, names: list[str], *, batches: list[int]
     if not chosen:
         raise NotFound("no active deployment to calibrate", hint="deploy one with `polyspec registry deploy`")
     results: list[dict[str, Any]] = []
-    per_engine = sum(batches) * waves
+    engines: dict[str, tuple[str, bool]] = {}
+    for dep in chosen:
+        row: dict[str, Any] = {"deployment": dep.name, "url": dep.url, "draft": dep.draft or "none",
+                               "k": dep.k if dep.draft else 0}
+        results.append(row)
+        if dep.url:
+            engines[dep.name] = (dep.url, dep.draft is not None)
+        else:
+            row["error"] = "no URL (started by `polyspec up`? calibrate while it runs)"
+    if not engines:
+        return results
     with Progress(console=console(stderr=True), disable=not progress, transient=True) as bar:
-        for dep in chosen:
-            row: dict[str, Any] = {"deployment": dep.name, "url": dep.url, "draft": dep.draft or "none",
-                                   "k": dep.k if dep.draft else 0}
-            results.append(row)
-            if not dep.url:
-                row["error"] = "no URL (started by `polyspec up`? calibrate while it runs)"
-                continue
-            task = bar.add_task(f"calibrating {dep.name}", total=per_engine)
-            try:
-                points = asyncio.run(calibrate_engine(
-                    dep.url, speculates=dep.draft is not None, batches=batches, waves=waves, max_tokens=max_tokens,
-                    timeout_s=timeout_s, progress=lambda n, task=task: bar.advance(task, n)))
-            except CalibrationFailed as exc:
-                row["error"] = str(exc)
-                continue
-            registry.record_calibration(dep.name, [p.to_json() for p in points])
-            row["points"] = [p.to_json() for p in points]
+        # every engine's bar moves in turn: calibrate_engines measures them wave by wave (its docstring says why)
+        tasks = {name: bar.add_task(f"calibrating {name}", total=sum(batches) * waves) for name in engines}
+        found = asyncio.run(calibrate_engines(engines, batches=batches, waves=waves, max_tokens=max_tokens,
+                                              timeout_s=timeout_s,
+                                              progress=lambda name, n: bar.advance(tasks[name], n)))
+    for row in results:
+        result = found.get(row["deployment"])
+        if isinstance(result, CalibrationFailed):
+            row["error"] = str(result)
+        elif result is not None:
+            registry.record_calibration(row["deployment"], [p.to_json() for p in result])
+            row["points"] = [p.to_json() for p in result]
     return results
 
 

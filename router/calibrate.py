@@ -5,6 +5,7 @@ tokens (``ignore_eos``) from short prompts. A request's step time is its wall ti
 per-request ``num_spec_steps`` with a draft, its tokens without one. The point stored for b is the median
 over the requests (prefill included: the figure is what a client sees, the same quantity the router
 measures live). One warm-up request first, so that no compile or cache fill lands in a measurement.
+Several engines are measured in turns, wave by wave (``calibrate_engines``), not one after another.
 
 Acceptance does not matter here: the speed model takes tokens per step from the acceptance figures, and
 the step time of an engine hardly depends on how many drafts the verifier accepts.
@@ -15,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,28 +96,63 @@ async def calibrate_engine(url: str, *, speculates: bool, batches: Sequence[int]
                            max_tokens: int = 64, timeout_s: float = 600.0,
                            progress: Callable[[int], None] | None = None) -> list[Point]:
     """The step-cost curve of the engine at ``url``; ``progress(n)`` is told of each n requests done."""
-    url = url.rstrip("/")
-    limits = httpx.Limits(max_connections=max(batches) + 1, max_keepalive_connections=max(batches) + 1)
+    found = await calibrate_engines({url: (url, speculates)}, batches=batches, waves=waves, max_tokens=max_tokens,
+                                    timeout_s=timeout_s,
+                                    progress=None if progress is None else lambda _name, n: progress(n))
+    result = found[url]
+    if isinstance(result, CalibrationFailed):
+        raise result
+    return result
+
+
+async def calibrate_engines(engines: Mapping[str, tuple[str, bool]], *, batches: Sequence[int], waves: int = 2,
+                            max_tokens: int = 64, timeout_s: float = 600.0,
+                            progress: Callable[[str, int], None] | None = None
+                            ) -> dict[str, list[Point] | CalibrationFailed]:
+    """The step-cost curves of several engines (name -> (url, speculates)), measured in turns: each wave of
+    each batch size goes to every engine before the next wave, in an order that turns per wave. Whatever
+    changes on the machine while it runs (other work, caches, memory) then falls on every engine alike.
+    Measured one engine after another, five engines of one shape on a shared 2-core machine calibrated 77 to
+    92 ms per step at batch 1, although their traffic showed no such order, and the speed policy routed by
+    that noise (docs/speed.md). An engine that fails is reported as its CalibrationFailed; the others go on.
+    ``progress(name, n)`` is told of each n requests done on an engine."""
+    widest = max(batches) + 1
+    limits = httpx.Limits(max_connections=widest * max(1, len(engines)), max_keepalive_connections=widest * len(engines))
+    failed: dict[str, CalibrationFailed] = {}
+    models: dict[str, str] = {}
+    samples: dict[str, dict[int, list[tuple[float, int, int]]]] = {}
     async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
-        try:
-            model = await _model_id(client, url)
-            await _one(client, url, model, PROMPTS[0], 8, speculates)  # warm-up, not measured
-        except (httpx.HTTPError, ValueError) as exc:
-            raise CalibrationFailed(f"{url}: {type(exc).__name__}: {exc}") from None
-        points = []
+        for name, (url, speculates) in engines.items():
+            url = url.rstrip("/")
+            try:
+                models[name] = await _model_id(client, url)
+                await _one(client, url, models[name], PROMPTS[0], 8, speculates)  # warm-up, not measured
+            except CalibrationFailed as exc:
+                failed[name] = exc
+            except (httpx.HTTPError, ValueError) as exc:
+                failed[name] = CalibrationFailed(f"{url}: {type(exc).__name__}: {exc}")
+            samples[name] = {batch: [] for batch in batches}
+        turn = 0
         for batch in batches:
-            samples: list[tuple[float, int, int]] = []
             for _ in range(waves):
-                runs = [_one(client, url, model, PROMPTS[i % len(PROMPTS)], max_tokens, speculates)
-                        for i in range(batch)]
-                try:
-                    samples += await asyncio.gather(*runs)
-                except httpx.HTTPError as exc:
-                    raise CalibrationFailed(f"{url}: {type(exc).__name__}: {exc}") from None
-                if progress is not None:
-                    progress(batch)
-            points.append(_point(batch, samples, max_tokens))
-    return points
+                alive = [name for name in engines if name not in failed]
+                shift = turn % len(alive) if alive else 0
+                turn += 1
+                for name in alive[shift:] + alive[:shift]:
+                    url, speculates = engines[name][0].rstrip("/"), engines[name][1]
+                    runs = [_one(client, url, models[name], PROMPTS[i % len(PROMPTS)], max_tokens, speculates)
+                            for i in range(batch)]
+                    try:
+                        samples[name][batch] += await asyncio.gather(*runs)
+                    except CalibrationFailed as exc:
+                        failed[name] = exc
+                        continue
+                    except httpx.HTTPError as exc:
+                        failed[name] = CalibrationFailed(f"{url}: {type(exc).__name__}: {exc}")
+                        continue
+                    if progress is not None:
+                        progress(name, batch)
+    return {name: failed.get(name) or [_point(b, samples[name][b], max_tokens) for b in batches] for name in engines}
 
 
 def _point(batch: int, samples: list[tuple[float, int, int]], max_tokens: int) -> Point:

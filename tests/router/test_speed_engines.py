@@ -71,3 +71,24 @@ def test_calibration_of_real_engines_drives_the_speed_policy(deployed, registry,
     assert e["policy"] == {"policy": "speed", "reason": "fastest"}
     assert e["pools"][0]["draft"] == fr_ref and e["pools"][0]["speed"]["predicted_tps"] > 0
     assert "speed policy: pool" in e["reason"] and "tokens/s" in e["reason"]
+
+
+def test_engines_are_calibrated_in_turns_wave_by_wave(deployed):
+    """router.calibrate.calibrate_engines on the two real engines: every wave goes to both before the next,
+    in an order that turns per wave (a drift of the machine then falls on both alike), and an engine that
+    cannot be reached fails alone."""
+    import asyncio
+
+    from polyspec.router.calibrate import CalibrationFailed, calibrate_engines
+
+    engines = {"en": (deployed["en"][2], True), "fr": (deployed["fr"][2], True), "gone": ("http://127.0.0.1:1", False)}
+    done: list[tuple[str, int]] = []
+    found = asyncio.run(calibrate_engines(engines, batches=[1, 2], waves=2, max_tokens=8, timeout_s=120,
+                                          progress=lambda name, n: done.append((name, n))))
+    assert done == [("en", 1), ("fr", 1), ("fr", 1), ("en", 1), ("en", 2), ("fr", 2), ("fr", 2), ("en", 2)]
+    assert isinstance(found["gone"], CalibrationFailed) and "ConnectError" in str(found["gone"])
+    for name in ("en", "fr"):
+        points = found[name]
+        assert not isinstance(points, CalibrationFailed)
+        assert [(p.batch_size, p.requests) for p in points] == [(1, 2), (2, 4)]
+        assert all(0.001 < p.step_s < 5.0 for p in points)

@@ -111,10 +111,10 @@ async def calibrate_engines(engines: Mapping[str, tuple[str, bool]], *, batches:
                             ) -> dict[str, list[Point] | CalibrationFailed]:
     """The step-cost curves of several engines (name -> (url, speculates)), measured in turns: each wave of
     each batch size goes to every engine before the next wave, in an order that turns per wave. Whatever
-    changes on the machine while it runs (other work, caches, memory) then falls on every engine alike.
-    Measured one engine after another, five engines of one shape on a shared 2-core machine calibrated 77 to
-    92 ms per step at batch 1, although their traffic showed no such order, and the speed policy routed by
-    that noise (docs/speed.md). An engine that fails is reported as its CalibrationFailed; the others go on.
+    changes on the machine while it runs (other work, caches, memory) then falls on every engine alike. It
+    does not remove the noise of the few requests behind each point: engines of one shape still calibrated
+    far apart on a shared 2-core machine (docs/speed.md, Figures). An engine that fails is reported as its
+    CalibrationFailed; the others go on.
     ``progress(name, n)`` is told of each n requests done on an engine."""
     widest = max(batches) + 1
     limits = httpx.Limits(max_connections=widest * max(1, len(engines)), max_keepalive_connections=widest * len(engines))

@@ -350,6 +350,9 @@ def test_speed_page_shows_the_recorded_run() -> None:
     for name in ("speed_policy_run1.json", "speed_policy_run2.json"):
         earlier = json.loads((root / "docs" / "benchmarks" / name).read_text())
         assert "carryover" not in earlier and set(earlier["languages"]) >= {"fr", "it"}
+    # session 22's first balanced run (engines calibrated one after another) is on the page beside it
+    previous = json.loads((root / "docs" / "benchmarks" / "speed_policy_run4.json").read_text())
+    assert "carryover" in previous and speed_policy_md(previous).strip() in page
 
 
 def test_speed_policy_bar_is_judged_from_the_figures() -> None:

@@ -79,6 +79,18 @@ def t_interval(values: list[float]) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
+def concurrency_levels(text: str) -> list[int]:
+    """"1,16,64" -> [1, 16, 64]: a bench's --concurrency, checked before it starts anything (BenchError
+    with a message that names the option)."""
+    try:
+        levels = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise BenchError(f"--concurrency takes integers separated by commas, not {text!r}") from None
+    if not levels or levels[0] < 1:
+        raise BenchError("--concurrency needs at least one level, each at least 1")
+    return levels
+
+
 def machine_info() -> dict[str, Any]:
     load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
     return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),

@@ -34,7 +34,7 @@ from rich.console import Console  # noqa: E402
 from rich.progress import Progress  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from bench.common import OUT_DIR, BenchError, machine_info, t_interval, write_json  # noqa: E402
+from bench.common import OUT_DIR, BenchError, concurrency_levels, machine_info, t_interval, write_json  # noqa: E402
 from bench.router_overhead import CLIENT_CPU, PACKAGES, ROUTER_CPU, baseline_tree, measure, request_bodies  # noqa: E402
 from bench.servers import SERVED_LANGUAGES, Server, make_registry, start_backend, start_polyspec  # noqa: E402
 
@@ -151,7 +151,11 @@ def main(
     if candidate and candidate_path:
         console.print("[red]error:[/] give --candidate or --candidate-path, not both")
         raise typer.Exit(2)
-    concs = sorted({int(c) for c in concurrency.split(",") if c.strip()})
+    try:
+        concs = concurrency_levels(concurrency)
+    except BenchError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
     try:
         cells = run(base, candidate, candidate_path, chosen, rounds, concs, requests, max_seconds)
     except BenchError as exc:

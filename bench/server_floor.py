@@ -35,7 +35,7 @@ import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from bench.common import BenchError, machine_info, write_json  # noqa: E402
+from bench.common import BenchError, concurrency_levels, machine_info, write_json  # noqa: E402
 from bench.python_floor import SERVERS  # noqa: E402
 from bench.router_ab import measure_rounds, ratio_interval  # noqa: E402
 from bench.router_overhead import CLIENT_CPU, ROUTER_CPU, request_bodies  # noqa: E402
@@ -94,13 +94,10 @@ def main(
     if quick:
         rounds, concurrency, requests, max_seconds, output = 2, "1", 200, 2.0, "server_floor_quick.json"
     try:
-        concs = sorted({int(c) for c in concurrency.split(",") if c.strip()})
-    except ValueError:
-        console.print(f"[red]error:[/] --concurrency takes integers separated by commas, not {concurrency!r}")
+        concs = concurrency_levels(concurrency)
+    except BenchError as exc:
+        console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
-    if not concs or min(concs) < 1:
-        console.print("[red]error:[/] --concurrency needs at least one level, each at least 1")
-        raise typer.Exit(2)
     try:
         cells = run(rounds, concs, requests, max_seconds)
     except BenchError as exc:

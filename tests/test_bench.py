@@ -537,17 +537,27 @@ def test_server_floor_page_shows_the_recorded_run() -> None:
     assert server_floor_md(data).strip() in (root / "docs" / "benchmarks.md").read_text()
 
 
-@pytest.mark.parametrize("levels", ["x", "1,,a", "0", ","])
-def test_server_floor_refuses_bad_concurrency_before_starting_anything(levels: str) -> None:
+@pytest.mark.parametrize("levels", ["x", "1,,a", "0", ",", "16,-1"])
+@pytest.mark.parametrize("bench", ["server_floor", "router_ab"])
+def test_benches_refuse_bad_concurrency_before_starting_anything(bench: str, levels: str) -> None:
+    """bench.common.concurrency_levels, which both benches parse --concurrency with: a bad list exits 2 with
+    a message naming the option, before any server starts."""
+    import importlib
+
     import typer
     from typer.testing import CliRunner
 
-    from bench.server_floor import main
-
     app = typer.Typer()
-    app.command()(main)
-    result = CliRunner().invoke(app, ["--concurrency", levels])
+    app.command()(importlib.import_module(f"bench.{bench}").main)
+    extra = ["--label", "bad-levels"] if bench == "router_ab" else []
+    result = CliRunner().invoke(app, [*extra, "--concurrency", levels])
     assert result.exit_code == 2 and "--concurrency" in result.output
+
+
+def test_concurrency_levels_are_sorted_and_unique() -> None:
+    from bench.common import concurrency_levels
+
+    assert concurrency_levels("64, 1,16,1,") == [1, 16, 64]
 
 
 def test_mypyc_tree_moves_the_structs_out_of_the_compiled_modules(tmp_path) -> None:

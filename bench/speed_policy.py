@@ -286,7 +286,7 @@ def engine_steps(rows: list[dict[str, Any]], calibration: list[dict[str, Any]]) 
     out: dict[str, Any] = {}
     for cal in calibration:
         first = min(cal.get("points") or [], key=lambda p: p["batch_size"], default=None)
-        samples = sorted(live.get(cal["deployment"], []))
+        samples = live.get(cal["deployment"], [])
         out[cal["deployment"]] = {
             "calibrated_step_s": round(first["step_s"], 5) if first and first["batch_size"] == 1 else None,
             "live_step_s_median": round(statistics.median(samples), 5) if samples else None,

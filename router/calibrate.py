@@ -92,19 +92,6 @@ async def _one(client: httpx.AsyncClient, url: str, model: str, prompt: str, max
     return wall, steps, tokens
 
 
-async def calibrate_engine(url: str, *, speculates: bool, batches: Sequence[int], waves: int = 2,
-                           max_tokens: int = 64, timeout_s: float = 600.0,
-                           progress: Callable[[int], None] | None = None) -> list[Point]:
-    """The step-cost curve of the engine at ``url``; ``progress(n)`` is told of each n requests done."""
-    found = await calibrate_engines({url: (url, speculates)}, batches=batches, waves=waves, max_tokens=max_tokens,
-                                    timeout_s=timeout_s,
-                                    progress=None if progress is None else lambda _name, n: progress(n))
-    result = found[url]
-    if isinstance(result, CalibrationFailed):
-        raise result
-    return result
-
-
 async def calibrate_engines(engines: Mapping[str, tuple[str, bool]], *, batches: Sequence[int], waves: int = 2,
                             max_tokens: int = 64, timeout_s: float = 600.0,
                             progress: Callable[[str, int], None] | None = None

@@ -174,12 +174,17 @@ def speed_policy_md(d: dict[str, Any]) -> str:
     lines += _speed_policy_bar(d)
     steps = d.get("engine_steps")
     if steps:  # runs before session 22 did not keep it
-        lines += ["", "| engine | calibrated ms/step, batch 1 | live ms/step, median of the run's requests | requests |",
-                  "|---|---:|---:|---:|"]
+        def ms(x: float | None) -> str:
+            return "-" if x is None else f"{x * 1000:.1f}"
+
+        shaped = any("shared_step_s" in e for e in steps.values())  # runs before session 23: no shapes
+        lines += ["", "| engine | calibrated ms/step, batch 1 |" + (" its shape's, batch 1 (engines) |" if shaped else "")
+                  + " live ms/step, median of the run's requests | requests |",
+                  "|---|---:|" + ("---:|" if shaped else "") + "---:|---:|"]
         for name, e in steps.items():
-            cal, live = e["calibrated_step_s"], e["live_step_s_median"]
-            lines.append(f"| {name} | {'-' if cal is None else f'{cal * 1000:.1f}'} | "
-                         f"{'-' if live is None else f'{live * 1000:.1f}'} | {e['live_requests']} |")
+            shape = f" {ms(e['shared_step_s'])} ({e['shape_engines']}) |" if shaped else ""
+            lines.append(f"| {name} | {ms(e['calibrated_step_s'])} |{shape} {ms(e['live_step_s_median'])} | "
+                         f"{e['live_requests']} |")
     return "\n".join(lines)
 
 

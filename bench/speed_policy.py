@@ -49,6 +49,7 @@ from bench.common import OUT_DIR, ROOT, BenchError, machine_info, save_figure, t
 from bench.e2e_figures import console, ratio_ci, summarize  # noqa: E402
 from bench.e2e_speedup import keep_logs, shipped_draft  # noqa: E402
 from bench.servers import start_polyspec  # noqa: E402
+from polyspec.core.speed import shared_curves  # noqa: E402
 
 SHIPPED = ("en", "fr", "de", "es", "ru")  # languages with a shipped draft
 NO_DRAFT = ("it",)  # languages whose own draft is not deployed here (a language with no draft of its own)
@@ -96,7 +97,9 @@ def build_registries(work: Path, verifier: Any, urls: dict[str, str], calibrate:
         failed = [r for r in results if "error" in r]
         if failed:
             raise BenchError(f"calibration failed: {failed}")
-        calibration = [{k: r[k] for k in ("deployment", "draft", "k", "points")} for r in results]
+        shapes = {d.name: d.step_shape for d in reg.deployments()}  # engines of one shape share a step model
+        calibration = [{**{k: r[k] for k in ("deployment", "draft", "k", "points")}, "shape": shapes[r["deployment"]]}
+                       for r in results]
     out = {}
     for policy in ("mal_policy", "speed_policy"):
         shutil.copyfile(main, work / f"{policy}.db")
@@ -273,22 +276,26 @@ def carryover(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def engine_steps(rows: list[dict[str, Any]], calibration: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per engine: the calibrated seconds per step at batch 1 (what the speed policy ranks by, before live
-    figures) beside the median seconds per step of the run's requests (wall time over steps, as the router
-    measures live: prefill and HTTP included). Engines of one shape (same verifier, draft size and k) should
-    step alike; where the calibrated figures differ more than the live ones, calibration noise, not the
-    engines, decides between drafts with close acceptance."""
+    """Per engine: the calibrated seconds per step at batch 1, its engine shape's (core.speed.shared_curves:
+    what the speed policy ranks by, before live figures; runs before session 23 had no shapes, each engine
+    its own) and the median seconds per step of the run's requests (wall time over steps, as the router
+    measures live: prefill and HTTP included). Where the engines' own figures differ more than the live
+    ones, calibration noise, not the engines, would decide between drafts with close acceptance."""
     live: dict[str, list[float]] = {}
     for r in rows:
         steps = r["spec_steps"] if r["backend"] != "plain" else r["tokens"]
         if r["ok"] and steps >= 4:  # router.speed.MIN_STEPS: fewer steps are mostly prefill
             live.setdefault(r["backend"], []).append(r["seconds"] / steps)
+    curves = {cal["deployment"]: {p["batch_size"]: p["step_s"] for p in cal.get("points") or []} for cal in calibration}
+    shared = shared_curves({cal["deployment"]: (cal.get("shape"), curves[cal["deployment"]]) for cal in calibration})
     out: dict[str, Any] = {}
     for cal in calibration:
-        first = min(cal.get("points") or [], key=lambda p: p["batch_size"], default=None)
-        samples = live.get(cal["deployment"], [])
-        out[cal["deployment"]] = {
-            "calibrated_step_s": round(first["step_s"], 5) if first and first["batch_size"] == 1 else None,
+        name = cal["deployment"]
+        samples = live.get(name, [])
+        out[name] = {
+            "calibrated_step_s": round(curves[name][1], 5) if 1 in curves[name] else None,
+            "shared_step_s": round(shared[name][1], 5) if 1 in shared[name] else None,
+            "shape_engines": sum(1 for c in calibration if cal.get("shape") and c.get("shape") == cal.get("shape")) or 1,
             "live_step_s_median": round(statistics.median(samples), 5) if samples else None,
             "live_requests": len(samples)}
     return out

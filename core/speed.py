@@ -129,6 +129,21 @@ def interpolate(points: Mapping[int, float], batch: float) -> float | None:
     return max(points[hi], points[hi] + slope * (batch - hi))
 
 
+def shared_curves(curves: Mapping[str, tuple[str | None, Mapping[int, float]]]) -> dict[str, dict[int, float]]:
+    """Engine name -> (its shape, its calibrated curve) to engine name -> the curve of its shape: at each batch
+    size, the mean over the engines of that shape measured there. Engines of one shape (same host, verifier,
+    k, draft vocabulary and speed knobs: registry.calibrations.engine_shape) have one true step time, and a
+    few calibration requests per engine measure it with a noise wide enough to decide a routing on. An
+    engine without a shape (None) keeps its own curve."""
+    pooled: dict[str, dict[int, list[float]]] = {}
+    for shape, curve in curves.values():
+        if shape is not None:
+            for batch, seconds in curve.items():
+                pooled.setdefault(shape, {}).setdefault(batch, []).append(seconds)
+    return {name: ({b: sum(v) / len(v) for b, v in sorted(pooled[shape].items())} if shape in pooled else dict(curve))
+            for name, (shape, curve) in curves.items()}
+
+
 def blend_step(calibrated: float | None, live: float | None, live_samples: int, prior_samples: int) -> float | None:
     """Calibrated step time as a prior of ``prior_samples`` requests; live measurements take over."""
     if calibrated is None:

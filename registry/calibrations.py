@@ -3,9 +3,12 @@ measured it. The router reads the newest point per (deployment, batch size) with
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -16,6 +19,8 @@ from polyspec.registry.schema import Deployment, EngineCalibration, Event
 
 MAX_BATCH = 4096
 LAUNCHED_K = "launched_k"  # in Deployment.launch while `polyspec up` runs it: the k its engine started with
+# Launch knobs that change an engine's step time (the fleet's others name the engine: port, served name).
+SPEED_KNOBS = ("max_model_len", "kv_cache_gib", "dtype", "cpu_bind", "threads", "extra_args", "env")
 
 
 def served_k(row: Deployment) -> int:
@@ -29,6 +34,23 @@ def served_k(row: Deployment) -> int:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return int(row.draft.k or 3)
+
+
+def engine_shape(row: Deployment, k: int) -> str | None:
+    """What an engine's step time depends on: the host it runs on, the verifier, the draft's k and vocabulary
+    (the draft's weights and languages do not matter) and the launch knobs that change speed. Engines of one
+    shape share one step model (core.speed.shared_curves): five engines of one shape on one host calibrated
+    76.6-104.1 ms/step at batch 1, a spread that is noise, and the speed policy routed by it (docs/speed.md).
+    None (a shape of its own) without a URL: the host is what ties engines to one machine."""
+    host = urlsplit(row.url).hostname if row.url else None
+    if not host:
+        return None
+    draft = row.draft
+    verifier = draft.verifier_id if draft is not None else row.verifier_id
+    launch = row.launch or {}
+    parts = [host, verifier, k, draft.draft_vocab_size if draft is not None else None,
+             {key: launch.get(key) for key in SPEED_KNOBS if launch.get(key) is not None}]
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def _number(point: Mapping[str, Any], name: str, *, positive: bool = True) -> float:

@@ -110,7 +110,8 @@ def _view(session: Session, row: Deployment) -> DeploymentView:
         verifier_name=verifier.name if verifier else None, verifier_location=verifier.location if verifier else None,
         languages=languages, domain=row.domain, is_default=bool(row.is_default),
         offline_mal=_best_mal(session, draft), offline_acceptance=acceptance, offline_samples=samples,
-        step_s=calibrations.step_costs(session, row.name, _ref(draft) or "none", k or 0), created_at=row.created_at,
+        step_s=calibrations.step_costs(session, row.name, _ref(draft) or "none", k or 0),
+        step_shape=calibrations.engine_shape(row, k or 0), created_at=row.created_at,
     )
 
 

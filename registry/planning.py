@@ -24,7 +24,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from polyspec.core.languages import UNDETERMINED
-from polyspec.core.speed import AcceptanceEstimate, blend_acceptance, interpolate, tokens_per_second
+from polyspec.core.speed import AcceptanceEstimate, blend_acceptance, interpolate, shared_curves, tokens_per_second
 from polyspec.registry.deployments import add_lists
 from polyspec.registry.records import DeploymentView, LiveStatRecord
 from polyspec.registry.schema import Event, Recommendation
@@ -94,6 +94,13 @@ def per_language(stats: list[LiveStatRecord]) -> dict[tuple[str, str], LiveStatR
             "requests": have.requests + row.requests, "num_spec_steps": have.num_spec_steps + row.num_spec_steps,
             "accepted_per_pos": add_lists(have.accepted_per_pos, row.accepted_per_pos)})
     return out
+
+
+def with_shared_steps(deployments: list[DeploymentView]) -> list[DeploymentView]:
+    """The deployments with each step curve replaced by its engine shape's (core.speed.shared_curves), as the
+    router reads them: engines of one shape would otherwise be told apart by calibration noise."""
+    shared = shared_curves({d.name: (d.step_shape, d.step_s) for d in deployments})
+    return [d.model_copy(update={"step_s": shared[d.name]}) for d in deployments]
 
 
 def _traffic(deployments: list[DeploymentView], stats: list[LiveStatRecord]) -> dict[str, int]:

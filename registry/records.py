@@ -119,6 +119,8 @@ class DeploymentView(Record):
     offline_acceptance: dict[str, list[float]] = Field(default_factory=dict)
     offline_samples: dict[str, int] = Field(default_factory=dict)
     step_s: dict[int, float] = Field(default_factory=dict)
+    # Engines of one shape (registry.calibrations.engine_shape) share one step model; None: its own.
+    step_shape: str | None = None
     created_at: dt.datetime | None = None
 
 

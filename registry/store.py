@@ -350,7 +350,7 @@ class Registry:
         """`polyspec deploy plan`: the speed model over the fleet as deployed (registry.planning); open
         recommendations are stored unless ``record`` is False."""
         with self.session(write=record) as s:
-            deps, stats = deployments.views(s), deployments.live_stats(s)
+            deps, stats = planning.with_shared_steps(deployments.views(s)), deployments.live_stats(s)
             langs = planning.language_plans(deps, stats, min_share=min_share, min_speedup=min_speedup)
             ks = planning.k_plans(deps, langs, stats)
             recs = planning.recommendations(langs, ks, min_share=min_share, min_k_gain=min_k_gain)

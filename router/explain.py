@@ -296,7 +296,8 @@ def _speed_words(chosen: PoolFigures, figures: list[PoolFigures], why: str) -> s
     if why not in ("fastest", "explore") or s is None or s["predicted_tps"] is None:
         return None
     basis = (f"E={s['expected_tokens_per_step']:.2f} tokens/step (lower bound {s['expected_lower']:.2f}) over "
-             f"{s['step_s'] * 1000:.1f} ms/step at batch {s['batch']} ({s['step_source']})")
+             f"{s['step_s'] * 1000:.1f} ms/step at batch {s['batch']} ({s['step_source']}, "
+             f"{s['step_engines']} engine(s) of its shape)")
     others = [f for f in figures if f is not chosen and f.speed and f.speed["predicted_tps"] is not None]
     runner = f"; next: {others[0].pool} at {others[0].speed['predicted_tps']:.2f}" if others else ""  # type: ignore[index]
     if why == "explore":

@@ -9,7 +9,8 @@ language with the verifier's own output, and every pool whose draft has evidence
   steps of evidence) with the live counters of (language, domain, draft); 1 without speculation. A draft
   with no evidence on the language counts as accepting nothing (E = 1) until traffic says otherwise.
 - ``step_s`` is the calibrated step time at the batch the pool would run (in-flight on its least loaded
-  healthy replica, plus this request), blended with what this router measured on the pool's replicas.
+  healthy replica, plus this request), blended with what this router measured. Both are pooled over the
+  engines of one shape (router.table.build_table): their step time is one quantity, measured several times.
 - Pools are ranked by the lower confidence bound of E (``speed_confidence_z``) over the step time: a draft
   with few samples does not win on luck. The MAL policy's first pool (the incumbent) is ranked by its point
   estimate instead, so it does not lose on bad luck either: another pool must be surely faster to take over. While any candidate lacks a step time (never calibrated, never
@@ -112,6 +113,7 @@ class Candidate:
                 "expected_tokens_per_step": r(self.expected), "expected_lower": r(self.lower),
                 "samples": None if math.isinf(self.samples) else round(self.samples, 1),
                 "step_s": r(self.step_s, 5), "step_source": self.step_source,
+                "step_engines": len(self.pool.step_urls) or len(self.pool.replicas),
                 "predicted_tps": r(self.tps, 2), "predicted_tps_lower": r(self.lower_tps, 2)}
 
 
@@ -173,7 +175,7 @@ def candidate(pool: Pool, language: str, domain: str, inputs: SpeedInputs,
     batch = min(inputs.in_flight(u) for u in urls) + 1 if urls else 1
     expected, lower, samples = _tokens_per_step(pool, language, domain, inputs, {} if memo is None else memo)
     calibrated = interpolate(pool.step_s, batch) if pool.step_s else None
-    live, n = inputs.steps.get(urls, batch)
+    live, n = inputs.steps.get(pool.step_urls or urls, batch)  # engines of one shape share one step time
     step = blend_step(calibrated, live, n, inputs.prior_step_requests)
     source = _SOURCES[(calibrated is not None, live is not None)]
     if step is None or step <= 0:

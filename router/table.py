@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from polyspec.core.counters import SpecCounts
+from polyspec.core.speed import shared_curves
 
 NO_DRAFT = "none"
 _CACHE_LIMIT = 4096
@@ -39,11 +40,13 @@ class Pool:
     replicas: list[Replica] = field(default_factory=list)
     # The speed model's inputs (core.speed): drafted tokens per step (0: no speculation), offline
     # per-position acceptance and its prompts per language, and batch size -> calibrated step seconds
-    # (the mean over the pool's calibrated replicas).
+    # (the mean over the engines of its replicas' shapes).
     k: int = 0
     offline_acceptance: dict[str, tuple[float, ...]] = field(default_factory=dict)
     offline_samples: dict[str, int] = field(default_factory=dict)
     step_s: dict[int, float] = field(default_factory=dict)
+    # Every engine URL of the shapes of this pool's replicas (build_table): live step times are read over them.
+    step_urls: tuple[str, ...] = ()
 
     @property
     def speculates(self) -> bool:
@@ -126,6 +129,7 @@ class RoutingTable:
                 "offline_mal": dict(p.offline_mal),
                 "k": p.k,
                 "step_s": {str(b): s for b, s in sorted(p.step_s.items())},
+                "step_engines": len(p.step_urls),
                 "replicas": [{"name": r.name, "url": r.url} for r in p.replicas],
             }
             for p in self.pools
@@ -186,9 +190,13 @@ def _draft_name(obj: Any) -> str:
 
 
 def build_table(deployments: Iterable[Any], default_language: str) -> RoutingTable:
-    """Group deployments into pools. Deployments without a URL are not routable yet and are skipped."""
+    """Group deployments into pools. Deployments without a URL are not routable yet and are skipped.
+
+    A pool's step times are those of its replicas' engine shapes (``step_shape``, core.speed.shared_curves):
+    the calibrated curve is the mean over every engine of those shapes, and ``step_urls`` names them all, so
+    that live step times are pooled the same way. Deployments without a shape keep their own."""
     pools: dict[tuple[str, tuple[str, ...], str], Pool] = {}
-    calibrated: dict[tuple[str, tuple[str, ...], str], dict[int, list[float]]] = {}
+    routable: list[tuple[tuple[str, tuple[str, ...], str], str | None, str, dict[int, float]]] = []
     for dep in deployments:
         url = field_of(dep, "url")
         if not url:
@@ -207,11 +215,20 @@ def build_table(deployments: Iterable[Any], default_language: str) -> RoutingTab
             pool.offline_samples = {lang: int(n) for lang, n in (field_of(dep, "offline_samples") or {}).items()}
             pools[key] = pool
         pool.is_default = pool.is_default or bool(field_of(dep, "is_default"))
-        pool.replicas.append(Replica(name=str(field_of(dep, "name")), url=str(url).rstrip("/")))
-        for batch, seconds in (field_of(dep, "step_s") or {}).items():
-            calibrated.setdefault(key, {}).setdefault(int(batch), []).append(float(seconds))
-    for key, points in calibrated.items():
-        pools[key].step_s = {batch: sum(values) / len(values) for batch, values in sorted(points.items())}
+        replica = Replica(name=str(field_of(dep, "name")), url=str(url).rstrip("/"))
+        pool.replicas.append(replica)
+        curve = {int(b): float(s) for b, s in (field_of(dep, "step_s") or {}).items()}
+        routable.append((key, field_of(dep, "step_shape"), replica.url, curve))
+    shared = shared_curves({str(i): (shape, curve) for i, (_, shape, _, curve) in enumerate(routable)})
+    points: dict[tuple[str, tuple[str, ...], str], dict[int, list[float]]] = {}
+    shapes: dict[tuple[str, tuple[str, ...], str], set[str]] = {}
+    for i, (key, shape, url, _) in enumerate(routable):
+        for batch, seconds in shared[str(i)].items():
+            points.setdefault(key, {}).setdefault(batch, []).append(seconds)
+        shapes.setdefault(key, set()).add(shape or url)
+    for key, pool in pools.items():
+        pool.step_s = {batch: sum(v) / len(v) for batch, v in sorted(points.get(key, {}).items())}
+        pool.step_urls = tuple(dict.fromkeys(url for _, shape, url, _ in routable if (shape or url) in shapes[key]))
     return RoutingTable(pools=sorted(pools.values(), key=lambda p: p.key), default_language=default_language)
 
 

@@ -600,3 +600,23 @@ def test_mypyc_tree_refuses_a_folder_that_is_not_empty(tmp_path) -> None:
     assert result.exit_code == 1 and "not an empty folder" in result.output
     assert (tmp_path / "keep.txt").read_text() == "mine"
     assert CliRunner().invoke(app, [str(tmp_path / "keep.txt")]).exit_code == 1  # a file, not a folder
+
+
+def test_engine_steps_show_each_engine_beside_its_shapes_step_model() -> None:
+    """bench.speed_policy.engine_steps: each engine's own calibrated figure, its shape's (the mean the router
+    ranks by) with the engines behind it, and the live median of the run's requests of four steps or more."""
+    from bench.speed_policy import engine_steps
+
+    calibration = [{"deployment": "en", "shape": "s", "points": [{"batch_size": 1, "step_s": 0.075}]},
+                   {"deployment": "fr", "shape": "s", "points": [{"batch_size": 1, "step_s": 0.105},
+                                                                 {"batch_size": 2, "step_s": 0.2}]},
+                   {"deployment": "plain", "shape": None, "points": [{"batch_size": 1, "step_s": 0.05}]}]
+    rows = [{"backend": "en", "ok": True, "spec_steps": 10, "tokens": 20, "seconds": s} for s in (0.8, 1.0, 1.2)]
+    rows += [{"backend": "en", "ok": True, "spec_steps": 2, "tokens": 4, "seconds": 9.0},  # mostly prefill
+             {"backend": "plain", "ok": True, "spec_steps": 0, "tokens": 10, "seconds": 0.6}]
+    out = engine_steps(rows, calibration)
+    assert out["en"] == {"calibrated_step_s": 0.075, "shared_step_s": 0.09, "shape_engines": 2,
+                         "live_step_s_median": 0.1, "live_requests": 3}
+    assert out["fr"]["shared_step_s"] == 0.09 and out["fr"]["live_step_s_median"] is None
+    assert out["plain"] == {"calibrated_step_s": 0.05, "shared_step_s": 0.05, "shape_engines": 1,
+                            "live_step_s_median": 0.06, "live_requests": 1}

@@ -270,3 +270,35 @@ def test_predictions_kept_for_the_dashboard_stay_bounded_and_latest_wins() -> No
         t.observe_prediction(f"l{i}", "d@1", float(i))
     assert 0 < len(t.predicted) <= telemetry._MAX_PREDICTED
     assert t.predicted[(f"l{telemetry._MAX_PREDICTED + 9}", "d@1")] == telemetry._MAX_PREDICTED + 9
+
+
+def test_engines_of_one_shape_share_one_step_time_calibrated_and_live() -> None:
+    """Two draft engines of one shape calibrated 75 and 104 ms/step at batch 1 (the spread five such engines
+    showed on one host, docs/speed.md): by its own figure the English engine would take French, whose draft
+    accepts it better. Pooled, both read 89.5 ms and French stays on its draft; live step times are read over
+    both engines too. Without a shape (a fleet YAML without one) each engine keeps its own figure."""
+    def two(shaped: bool) -> list[dict[str, Any]]:
+        deps = deployments()[:2]
+        deps[1]["offline_acceptance"]["fr"] = [0.55, 0.30, 0.15]
+        deps[0]["offline_acceptance"]["fr"] = [0.45, 0.20, 0.10]
+        deps[0]["step_s"], deps[1]["step_s"] = {1: 0.075}, {1: 0.104}
+        for d in deps:
+            d["step_shape"] = "one-host-k3" if shaped else None
+        return deps
+
+    alone = ranked("fr", build_table(two(False), "en"))
+    assert alone.chosen.pool.draft == "en-base@1"  # type: ignore[union-attr]  # the noise decides
+    table = build_table(two(True), "en")
+    assert {p.key: p.step_urls for p in table.pools} == {
+        p.key: ("http://en-engine:8000", "http://fr-engine:8000") for p in table.pools}
+    pooled = ranked("fr", table)
+    assert pooled.chosen.pool.draft == "fr@1"  # type: ignore[union-attr]
+    assert {c.pool.draft: c.step_s for c in pooled.candidates} == {"fr@1": pytest.approx(0.0895),
+                                                                  "en-base@1": pytest.approx(0.0895)}
+    assert pooled.chosen.to_json()["step_engines"] == 2  # type: ignore[union-attr]
+    steps = LiveSteps()
+    for _ in range(20):
+        steps.observe("http://en-engine:8000", 1, seconds=1.2, steps=10, tokens=20)  # measured on one engine
+    live = ranked("fr", table, steps=steps)
+    assert [c.step_s for c in live.candidates] == [pytest.approx((20 * 0.0895 + 20 * 0.12) / 40)] * 2
+    assert live.chosen.step_source == "calibrated+live"  # type: ignore[union-attr]

@@ -43,12 +43,19 @@ from polyspec.core.ports import free_port  # noqa: E402
 RESULTS = ROOT / "docs" / "results" / "adaptation.json"
 
 
+# A stream whose engine died after its first byte cannot move to another engine: the router ends it with an
+# error event and [DONE] (router.errors.sse_error). Counted as a failure, named apart from the others.
+BROKEN_STREAM = "stream broke mid-way, ended cleanly by the router"
+
+
 class Traffic:
     """Clients of the router: chats in the adapted language and English, some streamed, until stopped; every
     request's outcome is kept with its time, so any window (the swap) can be counted afterwards."""
 
     def __init__(self, base: str, target: list[str], english: list[str], language: str = "it", workers: int = 2,
                  think_s: float = 1.0, max_tokens: int = 24) -> None:
+        if not target or not english:  # a worker would die on its first request and leave no traffic at all
+            raise ValueError(f"traffic needs prompts in both languages ({len(target)} {language}, {len(english)} en)")
         self.base, self.target, self.english, self.language = base, target, english, language
         self.think_s, self.max_tokens = think_s, max_tokens
         self.failures: list[str] = []
@@ -80,13 +87,17 @@ class Traffic:
 
     def _run(self, worker: int) -> None:
         i = worker
-        with httpx.Client(timeout=300) as client:
-            while not self._stop.is_set():
-                lang, texts = ("en", self.english) if i % 4 == 3 else (self.language, self.target)
-                text = texts[(i // 4 * 3 + i % 4) % len(texts)]
-                self._one(client, lang, text, stream=i % 5 == 0)
-                i += 2
-                self._stop.wait(self.think_s)  # users pause: the host keeps some CPU for training and the gate
+        try:
+            with httpx.Client(timeout=300) as client:
+                while not self._stop.is_set():
+                    lang, texts = ("en", self.english) if i % 4 == 3 else (self.language, self.target)
+                    text = texts[(i // 4 * 3 + i % 4) % len(texts)]
+                    self._one(client, lang, text, stream=i % 5 == 0)
+                    i += 2
+                    self._stop.wait(self.think_s)  # users pause: the host keeps some CPU for training and the gate
+        except Exception as exc:  # a client that dies must fail the run, not leave it quietly without traffic
+            with self._lock:
+                self.failures.append(f"client {worker} stopped: {type(exc).__name__}: {exc}")
 
     def _one(self, client: httpx.Client, lang: str, text: str, *, stream: bool) -> None:
         body = {"model": "polyspec", "messages": [{"role": "user", "content": text}], "max_tokens": self.max_tokens,
@@ -98,6 +109,9 @@ class Traffic:
                 ok = ok and '"error"' not in data
                 backend = resp.headers.get("x-polyspec-backend", "?")
             problem = None if ok else f"{lang} HTTP {resp.status_code}: {data[:300]}"
+            if not ok and stream and resp.status_code == 200 and '"code": "stream_interrupted"' in data \
+                    and data.rstrip().endswith("[DONE]"):
+                problem = f"{lang} {BROKEN_STREAM} on {resp.headers.get('x-polyspec-backend', '?')}"
         except httpx.HTTPError as exc:
             problem, backend = f"{lang} {type(exc).__name__}: {exc}", "?"
         with self._lock:

@@ -394,9 +394,9 @@ def main(
                "settings": {"quick": quick, "turns": turns, "max_tokens": max_tokens, "k": k, "calibrate": calibrate,
                             "drafted": list(drafted), "no_draft": [lang for lang in langs if lang not in drafted]},
                "seconds": {"engines_start": round(started, 1), "total": round(time.monotonic() - t0, 1)},
-               "machine": machine, "requests": len(rows)}
+               "machine": machine, "requests": len(rows),
+               "mem_available_gib_min": min((r["mem_available_gib"] for r in rows), default=None)}
     name = "speed_policy_quick" if quick else "speed_policy"
-    payload["mem_available_gib_min"] = min((r["mem_available_gib"] for r in rows), default=None)
     path = write_json(f"{name}.json", payload)
     shutil.copyfile(journal, OUT_DIR / f"{name}_requests.jsonl")  # every request, for analyses like carryover
     plot(results, OUT_DIR / f"{name}.png", f"bench/speed_policy.py, {len(rows)} requests, max_tokens {max_tokens}",

@@ -109,15 +109,13 @@ async def calibrate_engines(engines: Mapping[str, tuple[str, bool]], *, batches:
     models: dict[str, str] = {}
     samples: dict[str, dict[int, list[tuple[float, int, int]]]] = {}
     async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
-        for name, (url, speculates) in engines.items():
-            url = url.rstrip("/")
+        urls = {name: url.rstrip("/") for name, (url, _) in engines.items()}
+        for name, (_, speculates) in engines.items():
             try:
-                models[name] = await _model_id(client, url)
-                await _one(client, url, models[name], PROMPTS[0], 8, speculates)  # warm-up, not measured
-            except CalibrationFailed as exc:
-                failed[name] = exc
-            except (httpx.HTTPError, ValueError) as exc:
-                failed[name] = CalibrationFailed(f"{url}: {type(exc).__name__}: {exc}")
+                models[name] = await _model_id(client, urls[name])
+                await _one(client, urls[name], models[name], PROMPTS[0], 8, speculates)  # warm-up, not measured
+            except (CalibrationFailed, httpx.HTTPError, ValueError) as exc:
+                failed[name] = _failure(urls[name], exc)
             samples[name] = {batch: [] for batch in batches}
         turn = 0
         for batch in batches:
@@ -126,20 +124,21 @@ async def calibrate_engines(engines: Mapping[str, tuple[str, bool]], *, batches:
                 shift = turn % len(alive) if alive else 0
                 turn += 1
                 for name in alive[shift:] + alive[:shift]:
-                    url, speculates = engines[name][0].rstrip("/"), engines[name][1]
-                    runs = [_one(client, url, models[name], PROMPTS[i % len(PROMPTS)], max_tokens, speculates)
-                            for i in range(batch)]
+                    runs = [_one(client, urls[name], models[name], PROMPTS[i % len(PROMPTS)], max_tokens,
+                                 engines[name][1]) for i in range(batch)]
                     try:
                         samples[name][batch] += await asyncio.gather(*runs)
-                    except CalibrationFailed as exc:
-                        failed[name] = exc
-                        continue
-                    except httpx.HTTPError as exc:
-                        failed[name] = CalibrationFailed(f"{url}: {type(exc).__name__}: {exc}")
+                    except (CalibrationFailed, httpx.HTTPError) as exc:
+                        failed[name] = _failure(urls[name], exc)
                         continue
                     if progress is not None:
                         progress(name, batch)
     return {name: failed.get(name) or [_point(b, samples[name][b], max_tokens) for b in batches] for name in engines}
+
+
+def _failure(url: str, exc: Exception) -> CalibrationFailed:
+    """What an engine's failure is reported as: its own CalibrationFailed, or one naming the URL and error."""
+    return exc if isinstance(exc, CalibrationFailed) else CalibrationFailed(f"{url}: {type(exc).__name__}: {exc}")
 
 
 def _point(batch: int, samples: list[tuple[float, int, int]], max_tokens: int) -> Point:

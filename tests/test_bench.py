@@ -194,6 +194,27 @@ def test_adapt_bench_figures_windows_and_results_file(tmp_path) -> None:
     traffic = Traffic("http://127.0.0.1:9", ["ciao"], ["hello"])
     traffic.log = [(100.0, True), (101.0, False), (105.0, True), (200.0, True)]
     assert traffic.between(100.0, 105.0) == (3, 1) and traffic.requests == 4
+    with pytest.raises(ValueError, match="0 it, 1 en"):  # no prompts: refused, not threads that die at once
+        Traffic("http://127.0.0.1:9", [], ["hello"])
+
+    from bench.adapt import BROKEN_STREAM
+    from polyspec.router.errors import sse_error
+
+    bodies = {"clean": b'data: {"choices": []}\n\n' + sse_error("engine died"),
+              "cut": b'data: {"choices": []}\n\n', "fine": b'data: {"choices": []}\n\ndata: [DONE]\n\n'}
+    for name, body in bodies.items():
+        seen = Traffic("http://r", ["ciao"], ["hello"])
+        transport = httpx.MockTransport(lambda req, body=body: httpx.Response(
+            200, content=body, headers={"x-polyspec-backend": "canary"}))
+        with httpx.Client(transport=transport) as client:
+            seen._one(client, "it", "ciao", stream=True)
+        assert seen.backends == {"it:canary": 1}
+        if name == "clean":  # named apart: the one failure an engine killed mid-stream may cause
+            assert seen.failures == [f"it {BROKEN_STREAM} on canary"]
+        elif name == "cut":  # a stream that just stops is a failure of another kind
+            assert len(seen.failures) == 1 and seen.failures[0].startswith("it HTTP 200")
+        else:
+            assert seen.failures == []
 
     out = tmp_path / "adaptation.json"
     row = {"language": "it", "trained_on": "cpu", "train_prompts": 60, "heldout_prompts": 16, "live_mal_before": 1.25,
@@ -350,9 +371,12 @@ def test_speed_page_shows_the_recorded_run() -> None:
     for name in ("speed_policy_run1.json", "speed_policy_run2.json"):
         earlier = json.loads((root / "docs" / "benchmarks" / name).read_text())
         assert "carryover" not in earlier and set(earlier["languages"]) >= {"fr", "it"}
-    # session 22's first balanced run (engines calibrated one after another) is on the page beside it
-    previous = json.loads((root / "docs" / "benchmarks" / "speed_policy_run4.json").read_text())
+    # session 22's second balanced run (each engine ranked by its own calibration, before engine shapes) is on
+    # the page beside it, and the first one is kept
+    previous = json.loads((root / "docs" / "benchmarks" / "speed_policy_run5.json").read_text())
     assert "carryover" in previous and speed_policy_md(previous).strip() in page
+    assert "shared_step_s" not in json.dumps(previous) and "shared_step_s" in json.dumps(data)
+    assert "carryover" in json.loads((root / "docs" / "benchmarks" / "speed_policy_run4.json").read_text())
 
 
 def test_speed_policy_bar_is_judged_from_the_figures() -> None:

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from bench.adapt import Traffic, prompts, start_fleet, stop_fleet
+from bench.adapt import BROKEN_STREAM, Traffic, prompts, start_fleet, stop_fleet
 from tests.router.test_fleet import _pids_with_arg
 
 pytestmark = pytest.mark.integration
@@ -232,7 +232,10 @@ def test_a_canary_whose_engine_dies_under_traffic_is_rolled_back(fleet: dict) ->
             time.sleep(0.5)
 
     killer = threading.Thread(target=kill_once_deployed, daemon=True)
-    with Traffic(fleet["base"], fleet["italian"][200:], fleet["english"]) as traffic:
+    # The second half of the prompts: the canary's engine dies under traffic the first test did not send last.
+    # (Sliced at [200:] when the fleet had 400 prompts: with 64 the list was empty, every client thread died on
+    # its first request, and the test passed with no traffic at all.)
+    with Traffic(fleet["base"], fleet["italian"][PROMPTS // 2:], fleet["english"]) as traffic:
         killer.start()
         outcome = run_canary(ctx, candidate, next(d for d in reg.active_deployments() if d.name == "en-engine"))
         killer.join(5)
@@ -241,7 +244,12 @@ def test_a_canary_whose_engine_dies_under_traffic_is_rolled_back(fleet: dict) ->
         done = withdraw(ctx, candidate, outcome.deployment, outcome.engine, outcome.verdict.reasons[0])
         ctx.event("rollback", "done", **done)
         time.sleep(5)
-    assert traffic.failures == [], traffic.failures[:5]
+    # Requests on the killed engine before the router saw it die go to the other engine, except a stream that
+    # had already sent bytes: the router ends that one with an error event (one per client at most).
+    dead = [f for f in traffic.failures if f == f"it {BROKEN_STREAM} on {outcome.deployment}"]
+    assert len(dead) <= 2 and len(traffic.failures) == len(dead), traffic.failures[:5]
+    italian = sum(n for key, n in traffic.backends.items() if key.startswith("it:"))
+    assert italian >= 4 and traffic.requests > italian, traffic.backends  # both languages flowed throughout
     assert [d.name for d in reg.active_deployments()] == ["en-engine"]
     assert [e.status for e in reg.adaptation_events("it", attempt="adapt-it-dies")] == [
         "starting", "started", "rollback", "done"]

@@ -36,13 +36,23 @@ def served_k(row: Deployment) -> int:
     return int(row.draft.k or 3)
 
 
+def url_host(url: str | None) -> str | None:
+    """The host of an engine URL; None without one, or when the URL does not parse ("http://[bad")."""
+    try:
+        return urlsplit(url).hostname if url else None
+    except ValueError:
+        return None
+
+
 def engine_shape(row: Deployment, k: int) -> str | None:
     """What an engine's step time depends on: the host it runs on, the verifier, the draft's k and vocabulary
     (the draft's weights and languages do not matter) and the launch knobs that change speed. Engines of one
-    shape share one step model (core.speed.shared_curves): five engines of one shape on one host calibrated
-    76.6-104.1 ms/step at batch 1, a spread that is noise, and the speed policy routed by it (docs/speed.md).
-    None (a shape of its own) without a URL: the host is what ties engines to one machine."""
-    host = urlsplit(row.url).hostname if row.url else None
+    shape share one step model (core.speed.shared_curves): five engines of one shape on one host calibrated far
+    apart at batch 1, a spread that is noise, and the speed policy routed by it (docs/speed.md, Figures).
+    None (a shape of its own) without a URL or a host in it: the host is what ties engines to one machine. A
+    URL that does not parse (an imported registry may hold one) gets None too, never an error: every view of
+    the registry builds the shapes."""
+    host = url_host(row.url)
     if not host:
         return None
     draft = row.draft

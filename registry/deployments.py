@@ -39,6 +39,8 @@ def deploy(
         raise RegistryError("a deployment needs a name")
     if url is not None and not url.startswith(("http://", "https://")):
         raise RegistryError(f"engine URL must start with http:// or https://, not {url!r}")
+    if url is not None and not calibrations.url_host(url):
+        raise RegistryError(f"engine URL names no host: {url!r}")
     if draft is not None and draft.status == "retired":
         raise RegistryError(f"{draft.name}@{draft.version} is retired; promote a draft before deploying it")
     verifier_row = draft.verifier if draft is not None else _deploy_verifier(session, verifier)

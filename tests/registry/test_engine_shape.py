@@ -64,3 +64,19 @@ def test_shapes_pool_same_engines_on_one_host_and_part_the_others(reg, base_draf
     assert by["fr"].best.deployment == "fr"
     steps = {o.deployment: o.step_s for o in by["fr"].options}
     assert steps["en"] == steps["fr"] == pytest.approx(0.0895)
+
+
+def test_a_url_without_a_host_is_refused_and_a_stored_one_has_no_shape(reg, base_draft) -> None:
+    """`deploy` refuses a URL that names no host; one that is stored anyway (an imported registry, an older
+    version) leaves its deployment without a shape instead of breaking every view of the registry."""
+    from polyspec.registry import RegistryError
+    from polyspec.registry.schema import Deployment
+
+    for bad in ("http://[bad", "http://", "https://:8000"):
+        with pytest.raises(RegistryError, match="names no host"):
+            reg.deploy(base_draft.ref, name="en", url=bad, languages=["en"])
+    reg.deploy(base_draft.ref, name="en", url="http://127.0.0.1:9101", languages=["en"], default=True)
+    with reg.session(write=True) as s:
+        s.query(Deployment).filter_by(name="en").one().url = "http://[bad"
+    [view] = reg.deployments()
+    assert view.url == "http://[bad" and view.step_shape is None

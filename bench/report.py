@@ -21,7 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import interval_text  # noqa: E402
+from bench.common import ROUTER_CPU_TARGET_MS, interval_text  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
 SYSTEMS = ["direct", "polyspec", "polyspec_base", "python_floor", "litellm", "vllm_router"]
@@ -71,28 +71,28 @@ def _floor_md(d: dict[str, Any]) -> list[str]:
         cells.append(f"{own[0]:.2f} / {own[1]:.2f}")
         vr = by.get("vllm_router")
         cells.append(f"{vr['cpu_ms_per_req']:.2f} / {vr['stream']['cpu_ms_per_req']:.2f}" if vr else "–")
-        lines.append(f"| {conc} | " + " | ".join(cells) + " | 0.40 |")
+        lines.append(f"| {conc} | " + " | ".join(cells) + f" | {ROUTER_CPU_TARGET_MS:.2f} |")
     return [*lines, "", *_target_md(d), ""]
 
 
 def _target_md(d: dict[str, Any]) -> list[str]:
     """Issue 14's 0.4 ms against the run: polyspec's worst cell, the floor's, and vllm-router's."""
     def worst(name: str) -> tuple[float, str] | None:
-        cells = [(by[name][mode]["cpu_ms_per_req"] if mode else by[name]["cpu_ms_per_req"],
-                  f"c={conc}{', streamed' if mode else ''}")
-                 for conc, by in d["concurrency"].items() if name in by for mode in ("", "stream")]
+        cells = [((by[name]["stream"] if streamed else by[name])["cpu_ms_per_req"],
+                  f"c={conc}{', streamed' if streamed else ''}")
+                 for conc, by in d["concurrency"].items() if name in by for streamed in (False, True)]
         return max(cells, key=lambda cell: cell[0]) if cells else None  # the first of equal cells
 
     poly, floor, vr = worst("polyspec"), worst("python_floor"), worst("vllm_router")
     if not (poly and floor):
         return []
-    left = (f"which leaves {0.4 - floor[0]:.3f} ms for all of polyspec's own work there (language ID, policy, "
-            "accounting, headers)" if floor[0] < 0.4 else "above the target before polyspec does any work of its own")
+    left = (f"which leaves {ROUTER_CPU_TARGET_MS - floor[0]:.3f} ms for all of polyspec's own work there (language ID, policy, "
+            "accounting, headers)" if floor[0] < ROUTER_CPU_TARGET_MS else "above the target before polyspec does any work of its own")
     line = (f"Issue 14's 0.4 ms in this run: polyspec's worst cell {poly[0]:.3f} ms ({poly[1]}); the Python floor "
             f"alone {floor[0]:.3f} ms ({floor[1]}), {left}")
     if vr:
         line += (f"; vllm-router (Rust, round robin, no language ID) {vr[0]:.3f} ms ({vr[1]}), "
-                 f"{'within' if vr[0] <= 0.4 else 'above'} the target before any language ID")
+                 f"{'within' if vr[0] <= ROUTER_CPU_TARGET_MS else 'above'} the target before any language ID")
     return [line + "."]
 
 

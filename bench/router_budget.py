@@ -54,12 +54,11 @@ from rich.console import Console  # noqa: E402
 from rich.progress import Progress  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from bench.common import OUT_DIR, BenchError, machine_info, write_json  # noqa: E402
+from bench.common import OUT_DIR, ROUTER_CPU_TARGET_MS, BenchError, machine_info, write_json  # noqa: E402
 from bench.router_overhead import request_bodies  # noqa: E402
 from bench.servers import SERVED_LANGUAGES, make_registry, start_backend  # noqa: E402
 
 console = Console(width=150)
-TARGET_MS = 0.4  # issue 14: router CPU per request, at every concurrency
 # The stages that make up polyspec's own work on a non-streamed request (the others are parts of these).
 OWN_WORK = ("prepare", "payload", "response_telemetry", "response_headers")
 LABELS = {
@@ -343,7 +342,7 @@ def conclude(stages: dict[str, dict[str, Any]], apps: dict[str, Any] | None, ove
     own_ms = sum(stages[s]["median_us"] for s in OWN_WORK) / 1000
     cells = [v for k, v in overhead.items() if k != "source"]
     out: dict[str, Any] = {"stages_sum_ms": round(own_ms, 4),
-                           "langid_ms": round(stages["langid"]["median_us"] / 1000, 4), "target_ms": TARGET_MS}
+                           "langid_ms": round(stages["langid"]["median_us"] / 1000, 4), "target_ms": ROUTER_CPU_TARGET_MS}
     if apps is not None:
         out["app_own_work_ms"] = apps["own_work_ms"]
     if not cells:
@@ -354,7 +353,7 @@ def conclude(stages: dict[str, dict[str, Any]], apps: dict[str, Any] | None, ove
     out.update(floor_non_stream_ms=[low, high],
                floor_plus_langid_ms=[round(low + langid, 3), round(high + langid, 3)],
                floor_plus_stages_ms=[round(low + own_ms, 3), round(high + own_ms, 3)],
-               left_for_the_rest_ms=[round(TARGET_MS - high - langid, 3), round(TARGET_MS - low - langid, 3)],
+               left_for_the_rest_ms=[round(ROUTER_CPU_TARGET_MS - high - langid, 3), round(ROUTER_CPU_TARGET_MS - low - langid, 3)],
                measured_polyspec_ms=[min(c["polyspec"]["non_stream"] for c in cells),
                                      max(c["polyspec"]["non_stream"] for c in cells)])
     if apps is not None:

@@ -187,7 +187,7 @@ def start_fleet(verifier: Any, root: Path, env_extra: dict[str, str]) -> tuple[s
 
 
 def stop_fleet(proc: subprocess.Popen, registry_url: str) -> None:
-    from polyspec.adapt_engines import ENGINE_KEY, stop_pid
+    from polyspec.adapt.engines import ENGINE_KEY, stop_pid
     from polyspec.registry import open_registry
 
     proc.send_signal(signal.SIGTERM)
@@ -202,15 +202,15 @@ def stop_fleet(proc: subprocess.Popen, registry_url: str) -> None:
 
 
 def live_of(reg: Any, language: str) -> dict[str, dict[str, Any]]:
-    """Cumulative live counters of ``language`` per draft (polyspec.adapt_canary.per_draft)."""
-    from polyspec.adapt_canary import per_draft
+    """Cumulative live counters of ``language`` per draft (polyspec.adapt.canary.per_draft)."""
+    from polyspec.adapt.canary import per_draft
 
     return per_draft(reg.live_stats(), language, "general")
 
 
 def figures(then: dict[str, Any] | None, now: dict[str, Any] | None) -> dict[str, Any]:
     """MAL and tokens/s of the traffic between two cumulative snapshots of one draft."""
-    from polyspec.adapt_canary import _minus
+    from polyspec.adapt.canary import _minus
 
     if not now:
         return {"requests": 0, "mal": None, "tps": None}

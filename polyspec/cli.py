@@ -27,7 +27,7 @@ SUB_APPS: dict[str, tuple[str, ...]] = {
     "polyspec.models.cli": ("models",),
     "polyspec.registry.cli": ("registry",),
     "polyspec.registry.cli_plan": ("deploy",),
-    "polyspec.cli_k8s": (),  # adds `deploy k8s` to the group above
+    "polyspec.k8s.cli": (),  # adds `deploy k8s` to the group above
     "polyspec.training.cli": ("train",),
     "polyspec.training.eval_cli": ("eval",),
     "polyspec.router.cli": ("serve", "langid"),
@@ -35,7 +35,7 @@ SUB_APPS: dict[str, tuple[str, ...]] = {
     "polyspec.up": ("up",),
     "polyspec.demo": ("demo",),
     "polyspec.engines": ("engines",),
-    "polyspec.adapt": ("adapt",),
+    "polyspec.adapt.cli": ("adapt",),
 }
 UNAVAILABLE: dict[str, str] = {}
 

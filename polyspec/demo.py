@@ -284,7 +284,7 @@ def plain_baseline(verifier_path: str | Path, questions: int, max_tokens: int, e
     `up --calibrate` warms the fleet's."""
     import httpx
 
-    from polyspec.fleet import share_cpus
+    from polyspec.fleet.run import share_cpus
     from polyspec.core.ports import free_port
     from polyspec.models.vllm_engine import EngineError, EngineSpec, VllmEngine
 
@@ -379,7 +379,8 @@ def demo(
     """Deploy and serve an English and a French draft (shipped ones, or trained here); route MT-Bench turns."""
     from polyspec.models.verifiers import prepare_verifier
     from polyspec.registry import open_registry
-    from polyspec.fleet import FleetError, plan_up, run_up
+    from polyspec.fleet.plan import FleetError, plan_up
+    from polyspec.fleet.run import run_up
 
     console = _console()
     started = time.monotonic()

@@ -2,7 +2,7 @@
 language's requests, and is only a fallback for everything else.
 
 The mark lives in the deployment's launch spec, ``{"canary": {"language": "it", "share": 0.1, ...}}``
-(polyspec.adapt_canary). For a request of that language, with probability ``share`` the canary's pool goes
+(polyspec.adapt.canary). For a request of that language, with probability ``share`` the canary's pool goes
 first; otherwise, and for every other language, the ranking is the policy's own with the canary's pool
 moved last, so it can still take a request whose other replicas all failed. Promotion removes the mark and
 the pool competes like any other.

@@ -70,7 +70,7 @@ def capture_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture()
 def settings(capture_dir: Path, monkeypatch: pytest.MonkeyPatch):
     """Small thresholds: 10 requests judge a language, 20 captured prompts train one."""
-    from polyspec.adapt_settings import AdaptSettings
+    from polyspec.adapt.settings import AdaptSettings
 
     env = {"MIN_REQUESTS": "10", "MIN_TRAIN_PROMPTS": "20", "MIN_NEW_PROMPTS": "30", "COOLDOWN_S": "0",
            "MIN_HELDOUT": "2", "ROUTER_REFRESH_S": "0", "DRAIN_TIMEOUT_S": "2"}

@@ -80,7 +80,7 @@ def test_a_disk_that_fills_while_writing_the_data_set(triggered, monkeypatch, ho
 
 def _holder(registry_url: str, ttl: float) -> subprocess.Popen:
     """Another adapt process: it takes the lock and keeps it alive until killed."""
-    code = ("import sys, time\nfrom polyspec.registry import open_registry\nfrom polyspec.adapt_cycle import LockKeeper\n"
+    code = ("import sys, time\nfrom polyspec.registry import open_registry\nfrom polyspec.adapt.cycle import LockKeeper\n"
             f"reg = open_registry({registry_url!r})\n"
             f"with LockKeeper(reg, 'other-host:1:adapt:x', {ttl}):\n    print('held', flush=True)\n    time.sleep(600)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT)
@@ -139,8 +139,8 @@ def test_a_locked_registry_changes_nothing_and_is_recorded(triggered, registry_u
 
 
 def test_a_failing_training_child_is_recorded_and_resumed_next_cycle(triggered, monkeypatch, home, verifier) -> None:
-    from polyspec.adapt_settings import AdaptSettings
-    from polyspec.adapt_triggers import assess
+    from polyspec.adapt.settings import AdaptSettings
+    from polyspec.adapt.triggers import assess
 
     triggered.add_verifier(verifier, name="smollm2-135m-instruct-real")  # the real tokenizer profiles Italian
     monkeypatch.setenv("POLYSPEC_DEFAULT_VERIFIER", "smollm2-135m-instruct-real")
@@ -193,7 +193,7 @@ def test_a_killed_training_child_is_interrupted(triggered, monkeypatch, home, ve
 
 
 def test_a_canary_left_by_a_dead_adapt_is_withdrawn(triggered, settings, fake_draft_dir, home) -> None:
-    from polyspec.adapt_cycle import run_cycle
+    from polyspec.adapt.cycle import run_cycle
 
     cand = triggered.import_draft(fake_draft_dir, verifier="smollm2-135m-instruct", name="adapt-it", languages=["it"])
     dead = subprocess.Popen(["true"])
@@ -265,7 +265,7 @@ def test_up_adapt_every_runs_the_loop_beside_the_router_and_stops_it(adapt_reg, 
                                                                     tmp_path, monkeypatch) -> None:
     """`polyspec up --adapt-every`: the child refreshes the router it was started for, runs a cycle at once,
     and ends (lock released) when the fleet stops."""
-    from polyspec.adapt import AdaptLoop, parse_every
+    from polyspec.adapt.cli import AdaptLoop, parse_every
 
     monkeypatch.delenv("POLYSPEC_ADAPT_ROUTER_URLS", raising=False)
     log = tmp_path / "logs" / "adapt.log"

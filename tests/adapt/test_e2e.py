@@ -206,8 +206,8 @@ def _check_audit_trail(reg: Any, candidate: Any, swap: Any) -> None:
 
 
 def test_a_canary_whose_engine_dies_under_traffic_is_rolled_back(fleet: dict) -> None:
-    from polyspec.adapt_canary import Ctx, run_canary, withdraw
-    from polyspec.adapt_settings import AdaptSettings
+    from polyspec.adapt.canary import Ctx, run_canary, withdraw
+    from polyspec.adapt.settings import AdaptSettings
     from polyspec.registry import open_registry
 
     reg = open_registry(fleet["url"])
@@ -257,9 +257,9 @@ def test_a_canary_whose_engine_dies_under_traffic_is_rolled_back(fleet: dict) ->
 
 
 def test_a_candidate_engine_that_does_not_start_changes_nothing(fleet: dict) -> None:
-    from polyspec.adapt_canary import Ctx
-    from polyspec.adapt_cycle import _canary
-    from polyspec.adapt_settings import AdaptSettings
+    from polyspec.adapt.canary import Ctx
+    from polyspec.adapt.cycle import _canary
+    from polyspec.adapt.settings import AdaptSettings
     from polyspec.registry import open_registry
 
     reg = open_registry(fleet["url"])

@@ -1,4 +1,4 @@
-"""The gate's decision (polyspec.adapt_gate.compare): the candidate must gain on its language's benchmarks over all
+"""The gate's decision (polyspec.adapt.gate.compare): the candidate must gain on its language's benchmarks over all
 and over non-degenerate answers, and may lose at most the margin elsewhere; no speculation is 1.0 per step.
 (The measuring itself is `polyspec eval`'s, tested in tests/training; a real gate runs in tests/adapt/test_e2e.py.)"""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from polyspec.adapt_gate import Bench, benches, compare, failure_text
-from polyspec.adapt_settings import AdaptSettings
+from polyspec.adapt.gate import Bench, benches, compare, failure_text
+from polyspec.adapt.settings import AdaptSettings
 
 
 @dataclass

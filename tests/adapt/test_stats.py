@@ -1,4 +1,4 @@
-"""The canary's tests (polyspec.adapt_stats): a measurably worse candidate is rolled back, a comparable or
+"""The canary's tests (polyspec.adapt.stats): a measurably worse candidate is rolled back, a comparable or
 better one promoted, too little traffic waits (and rolls back at the deadline)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from statistics import NormalDist
 
 import pytest
 
-from polyspec.adapt_stats import (INTERIM_ALPHA, Arm, acceptance_test, ratio_variance, student_t_cdf, tps_test,
+from polyspec.adapt.stats import (INTERIM_ALPHA, Arm, acceptance_test, ratio_variance, student_t_cdf, tps_test,
                                   verdict)
 
 

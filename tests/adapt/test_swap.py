@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from polyspec.adapt_canary import CANARY_KEY, CanaryOutcome, Ctx, swap
-from polyspec.adapt_cycle import NothingToRollBack, rollback_language
-from polyspec.adapt_engines import ENGINE_KEY, drain, owned_pid, stop_pid
-from polyspec.adapt_stats import Verdict
+from polyspec.adapt.canary import CANARY_KEY, CanaryOutcome, Ctx, swap
+from polyspec.adapt.cycle import NothingToRollBack, rollback_language
+from polyspec.adapt.engines import ENGINE_KEY, drain, owned_pid, stop_pid
+from polyspec.adapt.stats import Verdict
 from tests.router.fakes import BrokenEngine
 
 

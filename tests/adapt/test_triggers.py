@@ -8,7 +8,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from polyspec.adapt_triggers import assess
+from polyspec.adapt.triggers import assess
 from polyspec.training.traffic import file_marks
 from tests.adapt.conftest import capture_lines, italian, live, snapshot
 
@@ -47,7 +47,7 @@ def test_speed_targets_speculation_free_and_configured(adapt_reg, settings, capt
     assert slow.figures["basis"] == "speculation-free" and slow.figures["target_tokens_per_s"] == pytest.approx(13.0)
     assert "1.3 x 10.0" in slow.why
     monkeypatch.setenv("POLYSPEC_ADAPT_TARGET_TPS", json.dumps({"it": 9.5}))
-    from polyspec.adapt_settings import AdaptSettings
+    from polyspec.adapt.settings import AdaptSettings
 
     met = assess(adapt_reg, AdaptSettings())
     assert all(t.kind != "slow" for a in met.actions for t in a.triggers)
@@ -66,7 +66,7 @@ def test_cooldown_after_an_attempt(adapt_reg, settings, capture_dir, monkeypatch
     capture_lines(capture_dir, "it", italian(25))
     adapt_reg.record_adaptation("gate", "it", who="t", attempt="a1", status="failed")
     monkeypatch.setenv("POLYSPEC_ADAPT_COOLDOWN_S", "3600")
-    from polyspec.adapt_settings import AdaptSettings
+    from polyspec.adapt.settings import AdaptSettings
 
     action = _one(assess(adapt_reg, AdaptSettings()))
     assert action.decision == "wait" and action.why.startswith("cooldown: last attempt a1 (gate, failed)")
@@ -98,8 +98,8 @@ def test_new_captured_prompts_since_the_last_draft(adapt_reg, settings, capture_
 
 
 def test_the_window_counts_traffic_since_the_snapshot(adapt_reg, settings, capture_dir, monkeypatch) -> None:
-    from polyspec.adapt_settings import AdaptSettings
-    from polyspec.adapt_triggers import counters_of
+    from polyspec.adapt.settings import AdaptSettings
+    from polyspec.adapt.triggers import counters_of
 
     live(adapt_reg, "it", EN, 100, mal=1.2)  # old traffic, before the window
     adapt_reg.observe_traffic(counters_of(adapt_reg.live_stats()), who="t")
@@ -131,7 +131,7 @@ def test_undetermined_and_filtered_languages_are_left_alone(adapt_reg, settings,
     live(adapt_reg, "it", EN, 50, mal=1.2)
     assert [a.language for a in assess(adapt_reg, settings).actions] == ["it"]
     monkeypatch.setenv("POLYSPEC_ADAPT_LANGUAGES", '["fr"]')
-    from polyspec.adapt_settings import AdaptSettings
+    from polyspec.adapt.settings import AdaptSettings
 
     assert assess(adapt_reg, AdaptSettings()).actions == []
 
@@ -175,6 +175,6 @@ def test_bad_every_is_refused(adapt_reg, every: str) -> None:
 
 
 def test_every_parses_durations() -> None:
-    from polyspec.adapt import parse_every
+    from polyspec.adapt.cli import parse_every
 
     assert [parse_every(x) for x in ("30m", "2h", "45s", "1d", "15", "1.5h")] == [1800, 7200, 45, 86400, 900, 5400]

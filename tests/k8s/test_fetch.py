@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from polyspec.k8s import FETCH_SCRIPT, Artifact
+from polyspec.k8s.engines import FETCH_SCRIPT, Artifact
 
 DRAFT = Path(__file__).resolve().parents[2] / "models" / "drafts" / "smollm2-135m-instruct-en"
 

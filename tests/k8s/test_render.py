@@ -80,7 +80,7 @@ def registry_with_deployments(reg, verifier_rec):
 
 def test_registry_render_passes_the_schemas(polyspec_cli, registry_with_deployments, registry_url: str,
                                             verifier_rec, tmp_path: Path) -> None:
-    from polyspec.k8s import dns_label
+    from polyspec.k8s.engines import dns_label
 
     _, draft = registry_with_deployments
     values = tmp_path / "values.yaml"

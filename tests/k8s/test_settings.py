@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from polyspec.k8s import Artifact, EngineTarget, K8sError, dns_label, engine_names
-from polyspec.k8s_settings import K8sSettings, K8sValuesError, leaf_fields, load_values, settings_table
-from polyspec.k8s_sources import render, to_yaml, write
+from polyspec.k8s.engines import Artifact, EngineTarget, K8sError, dns_label, engine_names
+from polyspec.k8s.settings import K8sSettings, K8sValuesError, leaf_fields, load_values, settings_table
+from polyspec.k8s.sources import render, to_yaml, write
 
 ROOT = Path(__file__).resolve().parents[2]
 SUM = "0" * 64

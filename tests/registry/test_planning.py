@@ -85,7 +85,7 @@ def test_a_bad_launch_k_is_refused(reg, base_draft, k) -> None:
 
 
 def test_k_auto_takes_the_planned_k_at_launch(reg, fleet) -> None:
-    from polyspec.fleet import plan_from_registry
+    from polyspec.fleet.plan import plan_from_registry
 
     reg.undeploy("en-engine")
     reg.deploy(fleet, name="en-engine", launch={"k": "auto", "port": 9201}, languages=["en"], default=True)

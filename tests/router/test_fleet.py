@@ -17,8 +17,9 @@ import httpx
 import pytest
 
 from polyspec.core.ports import free_port
-from polyspec.fleet import FleetError, plan_from_config, plan_from_registry, set_deployment_url
-from polyspec.fleet_config import FleetConfigError, load_fleet_config
+from polyspec.fleet.plan import FleetError, plan_from_config, plan_from_registry
+from polyspec.fleet.run import set_deployment_url
+from polyspec.fleet.config import FleetConfigError, load_fleet_config
 
 REPO = Path(__file__).resolve().parents[2]
 

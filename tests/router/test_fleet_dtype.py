@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from polyspec.fleet import FleetError, Member, describe, plan_from_config
-from polyspec.fleet_config import FleetConfigError, load_fleet_config
+from polyspec.fleet.plan import FleetError, Member, describe, plan_from_config
+from polyspec.fleet.config import FleetConfigError, load_fleet_config
 
 
 def _config(tmp_path: Path, extra: str) -> Path:
@@ -49,7 +49,7 @@ def test_reference_job_reads_the_cache_or_fails_naming_its_log(tmp_path: Path, m
 
     from polyspec.core.selfcheck import Reference, ReferenceCase, reference_key, reference_path
     from polyspec.core.settings import reset_settings_cache
-    from polyspec.fleet_reference import ReferenceJob, ReferenceUnavailable
+    from polyspec.fleet.reference import ReferenceJob, ReferenceUnavailable
 
     monkeypatch.setenv("POLYSPEC_HOME", str(tmp_path / "home"))
     reset_settings_cache()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from polyspec.adapt_settings import AdaptSettings
+from polyspec.adapt.settings import AdaptSettings
 from polyspec.core.errors import PolyspecError, Unavailable
 
 FIT_STAGES = ("prompts", "answers", "hidden-states", "vocab", "fit")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from polyspec.adapt_settings import AdaptSettings
+from polyspec.adapt.settings import AdaptSettings
 
 
 @dataclass

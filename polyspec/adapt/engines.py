@@ -54,7 +54,7 @@ def start_engine(spec: dict[str, Any], log_path: Path, *, timeout_s: float, self
         engine.start()
         job = None
         if self_check:
-            from polyspec.fleet_reference import ReferenceJob
+            from polyspec.fleet.reference import ReferenceJob
 
             job = ReferenceJob(str(spec["verifier"]), log_path.with_name(log_path.stem + "-reference.log"))
         try:

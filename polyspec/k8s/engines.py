@@ -1,6 +1,6 @@
 """`polyspec deploy k8s`, the engines: pure functions from the deployments to serve (:class:`EngineTarget`)
-and the settings (polyspec.k8s_settings) to Kubernetes manifests as dicts. Nothing here reads the registry,
-the environment or the disk (polyspec.k8s_sources does), so the same inputs always give the same output.
+and the settings (polyspec.k8s.settings) to Kubernetes manifests as dicts. Nothing here reads the registry,
+the environment or the disk (polyspec.k8s.sources does), so the same inputs always give the same output.
 
 Per deployment: a ConfigMap with the sha256 of every verifier and draft file, a Deployment whose init
 containers fetch those files (from a volume or an object-store URL) and check every sha256 before vLLM
@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from polyspec.core.errors import InvalidInput
-from polyspec.k8s_settings import DNS_LABEL, K8sSettings
+from polyspec.k8s.settings import DNS_LABEL, K8sSettings
 
 MODELS_DIR = "/models"  # the emptyDir the init containers fill and vLLM reads
 STORE_DIR = "/artifacts"  # the artifact volume (source: volume)
@@ -71,7 +71,7 @@ class Artifact:
 
 @dataclass(frozen=True)
 class EngineTarget:
-    """One deployment to serve: what polyspec.k8s_sources reads from the registry or the shipped drafts."""
+    """One deployment to serve: what polyspec.k8s.sources reads from the registry or the shipped drafts."""
 
     deployment: str  # the registry's name, as is (maybe not a DNS label)
     verifier: Artifact

@@ -15,9 +15,9 @@ from typing import Any
 import yaml
 
 from polyspec.core.errors import InvalidInput, NotFoundError
-from polyspec.k8s import Artifact, EngineTarget, K8sError, engine_manifests, engine_names, engine_url, fetch_configmap
-from polyspec.k8s_router import ingress, registry_manifests, router_manifests, router_name, service_monitor
-from polyspec.k8s_settings import K8sSettings
+from polyspec.k8s.engines import Artifact, EngineTarget, K8sError, engine_manifests, engine_names, engine_url, fetch_configmap
+from polyspec.k8s.router import ingress, registry_manifests, router_manifests, router_name, service_monitor
+from polyspec.k8s.settings import K8sSettings
 
 HEADER = "# Rendered by `polyspec deploy k8s`; edit the values, not this file.\n"
 NOTES = "NOTES.txt"

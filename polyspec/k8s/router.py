@@ -1,6 +1,6 @@
 """`polyspec deploy k8s`, everything but the engines: the router (Deployment, Service, HPA, PDB), the
 registry (a Secret the operator provides, or a trial Postgres StatefulSet), the schema Job, the
-ServiceMonitor and the dashboard's Ingress. Pure functions of the settings (polyspec.k8s_settings).
+ServiceMonitor and the dashboard's Ingress. Pure functions of the settings (polyspec.k8s.settings).
 
 The routers are stateless: they read the deployments from the registry and share live statistics through
 it, so the HPA may add and remove them freely; the dashboard is each router's own /admin.
@@ -12,8 +12,8 @@ import json
 from typing import Any
 from urllib.parse import quote
 
-from polyspec.k8s import meta, selector
-from polyspec.k8s_settings import K8sSettings
+from polyspec.k8s.engines import meta, selector
+from polyspec.k8s.settings import K8sSettings
 
 HOME = "/var/lib/polyspec"  # POLYSPEC_HOME of the router pods (capture, caches): an emptyDir
 LOOPBACK_HOSTS = ["localhost", "127.0.0.1", "::1"]  # RouterConfig.admin_allowed_hosts' default, kept with a host

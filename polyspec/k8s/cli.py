@@ -31,8 +31,8 @@ def k8s(
     says what else to do. Settings: docs/scale-out.md#kubernetes."""
     import yaml
 
-    from polyspec.k8s_settings import load_values, settings_table as table
-    from polyspec.k8s_sources import check_out, notes, render, targets_from_registry, targets_from_shipped, write
+    from polyspec.k8s.settings import load_values, settings_table as table
+    from polyspec.k8s.sources import check_out, notes, render, targets_from_registry, targets_from_shipped, write
 
     if settings_table:
         typer.echo(table(), nl=False)

@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from polyspec.adapt_settings import AdaptSettings
+from polyspec.adapt.settings import AdaptSettings
 from polyspec.core.languages import UNDETERMINED
 
 NOT_LANGUAGES = (UNDETERMINED, "other", "*")

@@ -47,7 +47,7 @@ def parse_every(text: str) -> float:
 def _settings() -> Any:
     from pydantic import ValidationError
 
-    from polyspec.adapt_settings import AdaptSettings
+    from polyspec.adapt.settings import AdaptSettings
 
     try:
         return AdaptSettings()
@@ -97,7 +97,7 @@ def print_assessment(assessment: Any) -> None:
 
 
 def dry_run(registry: str | None, as_json: bool) -> None:
-    from polyspec.adapt_triggers import assess
+    from polyspec.adapt.triggers import assess
 
     with _open(registry) as reg:
         assessment = assess(reg, _settings())
@@ -109,7 +109,7 @@ def _with_lock(registry: str | None, body: Any, *, who_role: str = "adapt") -> A
     refused with an event (when the registry can take one) and nothing else changes."""
     from sqlalchemy.exc import OperationalError
 
-    from polyspec.adapt_cycle import LockKeeper
+    from polyspec.adapt.cycle import LockKeeper
     from polyspec.registry import RegistryError
     from polyspec.registry.locks import LockHeld, holder_id
 
@@ -141,9 +141,9 @@ def _note(reg: Any, who: str, status: str, reason: str) -> None:
 
 
 def once(registry: str | None, as_json: bool) -> Any:
-    from polyspec.adapt_cycle import run_cycle
+    from polyspec.adapt.cycle import run_cycle
 
-    from polyspec.fleet import sigterm_as_interrupt
+    from polyspec.fleet.run import sigterm_as_interrupt
 
     say = (lambda msg: None) if as_json else (lambda msg: _console().print(f"[dim]adapt:[/] {msg}"))
     with sigterm_as_interrupt():  # `kill` as Ctrl-C: a canary in flight is withdrawn, a training child stopped
@@ -193,7 +193,7 @@ def loop(registry: str | None, seconds: float, as_json: bool) -> None:
     """A cycle every ``seconds``; a cycle that fails (lock held, registry busy) is reported and the loop goes on.
     Ctrl-C or SIGTERM stops it (a cycle in its canary withdraws the candidate first)."""
     from polyspec.core.errors import PolyspecError
-    from polyspec.fleet import sigterm_as_interrupt
+    from polyspec.fleet.run import sigterm_as_interrupt
 
     try:
         with sigterm_as_interrupt():
@@ -266,7 +266,7 @@ def once_cmd(ctx: typer.Context,
 def rollback_cmd(ctx: typer.Context, language: str = typer.Argument(..., help="Language whose last swap to undo."),
                  as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """Return LANGUAGE to the draft it had before its last swap (or withdraw its running canary)."""
-    from polyspec.adapt_cycle import rollback_language
+    from polyspec.adapt.cycle import rollback_language
     from polyspec.core.languages import resolve_language
 
     lang = resolve_language(language).code
@@ -303,7 +303,7 @@ def history_cmd(ctx: typer.Context, language: Optional[str] = typer.Argument(Non
 @app.command("status")
 def status_cmd(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """The adapt lock, canaries in flight and interrupted trainings."""
-    from polyspec.adapt_canary import CANARY_KEY
+    from polyspec.adapt.canary import CANARY_KEY
 
     opts = ctx.obj or {}
     with _open(opts.get("registry")) as reg:

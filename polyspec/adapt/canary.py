@@ -1,6 +1,6 @@
 """Canary, swap and rollback (blue-green): the candidate's engine starts beside the old one, is deployed as a
 canary for its language (``launch.canary.share`` of that language's traffic, router.canary), is compared
-live with the old engine (polyspec.adapt_stats), then either promoted (the old deployments of the language
+live with the old engine (polyspec.adapt.stats), then either promoted (the old deployments of the language
 are undeployed, drained and stopped) or withdrawn (undeployed, drained, stopped, the candidate retired).
 
 Order matters for zero failed requests: a new engine is deployed only once ready (and self-checked); an old
@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from polyspec.adapt_engines import (
+from polyspec.adapt.engines import (
     ENGINE_KEY, alive, candidate_spec, drain, engine_record, owned_pid, refresh_routers, start_engine, stop_pid,
 )
-from polyspec.adapt_settings import AdaptSettings
-from polyspec.adapt_stats import Arm, Verdict, verdict
+from polyspec.adapt.settings import AdaptSettings
+from polyspec.adapt.stats import Arm, Verdict, verdict
 from polyspec.router.canary import CANARY_KEY  # in Deployment.launch: {"language", "share", "attempt"}
 
 # launch keys a redeployed engine keeps (the rest described an engine that no longer runs)

@@ -17,14 +17,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from polyspec.adapt_canary import CANARY_KEY, Ctx, restore, run_canary, swap, withdraw
-from polyspec.adapt_engines import ENGINE_KEY, EngineStartFailed
-from polyspec.adapt_settings import AdaptSettings
-from polyspec.adapt_train import (
+from polyspec.adapt.canary import CANARY_KEY, Ctx, restore, run_canary, swap, withdraw
+from polyspec.adapt.engines import ENGINE_KEY, EngineStartFailed
+from polyspec.adapt.settings import AdaptSettings
+from polyspec.adapt.train import (
     DiskFull, TrainingFailed, TrainingPlan, check_disk, plan_training, register, run_config, run_training,
     serving_deployment,
 )
-from polyspec.adapt_triggers import Action, Assessment, assess, counters_of
+from polyspec.adapt.triggers import Action, Assessment, assess, counters_of
 from polyspec.core.errors import ConflictError, NotFoundError
 
 LOCK = "adapt"
@@ -191,7 +191,7 @@ def _train(ctx: Ctx, action: Action) -> tuple[Any, Any, TrainingPlan]:
 
 
 def _gate(ctx: Ctx, candidate: Any, dataset: Any, plan: TrainingPlan) -> Any:
-    from polyspec.adapt_gate import run_gate
+    from polyspec.adapt.gate import run_gate
 
     reg = ctx.reg
     serving = serving_deployment(reg, ctx.language, ctx.domain)
@@ -236,7 +236,7 @@ def _canary(ctx: Ctx, candidate: Any) -> tuple[str, str, str, dict[str, Any]]:
 
 
 def _withdraw_after(ctx: Ctx, candidate: Any, exc: BaseException) -> None:
-    from polyspec.adapt_canary import deployment_name
+    from polyspec.adapt.canary import deployment_name
 
     name = deployment_name(candidate)
     deps = {d.name: d for d in ctx.reg.active_deployments()}

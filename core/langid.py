@@ -23,10 +23,10 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Collection, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from polyspec.core import langid_script, langid_short, langid_words
+from polyspec.core import langid_arabic, langid_script, langid_short, langid_words
 from polyspec.core.languages import UNDETERMINED  # re-exported: callers import it from here
 from polyspec.core.text import WINDOW, head_and_tail
 
@@ -71,10 +71,25 @@ _lock = threading.Lock()
 _detector: Any = None
 
 
+# On a short text, the labels whose vote is at least this share of the leader's are the likely ones
+# (`LangGuess.likely`): the set a router serves an unsure text for. At most `LIKELY_MAX` of them.
+LIKELY_RATIO = 0.5
+LIKELY_MAX = 3
+
+
 @dataclass(frozen=True)
 class LangGuess:
     language: str
     confidence: float
+    # The labels the text may well be in, best first (``language`` first): set on short texts, where the vote
+    # weighs several; empty where one label is all detection has (script rules, a long text's fastText label).
+    # Not compared: two guesses of one language and confidence are the same guess.
+    likely: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """``likely``, or ``(language,)`` where detection weighed no other label."""
+        return self.likely or (self.language,)
 
 
 def _get_detector() -> Any:
@@ -301,9 +316,17 @@ def _vote(cleaned: str, votes: dict[str, float], allowed: LabelSet | None, out: 
             _add(votes, against, lingua, out, doubt)
             cast += 1
     best = max(votes, key=lambda c: (votes[c], c))  # the code breaks ties, so equal votes always go one way
+    likely = _likely(votes, best)
     if cast == 1:
-        return LangGuess(best, votes[best])
-    return LangGuess(best, min(1.0, max(0.0, (votes[best] - against.get(best, 0.0)) / cast)))
+        return LangGuess(best, votes[best], likely)
+    return LangGuess(best, min(1.0, max(0.0, (votes[best] - against.get(best, 0.0)) / cast)), likely)
+
+
+def _likely(votes: dict[str, float], best: str) -> tuple[str, ...]:
+    """``best`` and the other labels with at least `LIKELY_RATIO` of its vote, best first, `LIKELY_MAX` at most."""
+    floor = LIKELY_RATIO * votes[best]
+    others = sorted((c for c, v in votes.items() if v >= floor and c != best), key=lambda c: (-votes[c], c))
+    return (best, *others[:LIKELY_MAX - 1])
 
 
 def _add(votes: dict[str, float], against: dict[str, float], voter: dict[str, float], out: langid_script.RuledOut,
@@ -347,6 +370,10 @@ def _detect_short(cleaned: str, allowed: LabelSet | None) -> LangGuess:
     if best is None:
         return _guess(None, allowed)
     out = langid_script.ruled_out(cleaned)
+    if not out:
+        arabic = langid_arabic.ruled_out(cleaned)  # Arabic script: Arabic, Persian and Urdu letters
+        if arabic:
+            out = langid_script.RuledOut(arabic)
     return _vote(cleaned, _weighed(pairs, out, allowed), allowed, out)
 
 

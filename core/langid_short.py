@@ -27,11 +27,12 @@ from collections.abc import Iterable
 from typing import Any
 
 # Candidates for unrestricted detection: the 28 languages with the largest share of web content (W3Techs,
-# 2024) and Hindi (the most spoken language outside that list). A short text in another language is still
+# 2024), Hindi (the most spoken language outside that list) and Urdu (Hindi's pair in Arabic script: without
+# it, a short Urdu text had only Persian and Arabic to be told from, and went to Persian). A short text in another language is still
 # named when fastText is sure of it, or by fastText's half of the vote. Why not all 75 lingua knows: on a
 # word or two, rare languages win by chance (Esperanto, Tagalog, Sesotho took Spanish and Italian word
 # pairs), and each Latin-script candidate costs time on every call. fastText's spelling of the codes.
-COMMON = frozenset("ar cs da de el en es fa fi fr he hi hu id it ja ko nl pl pt ro ru sk sv th tr uk vi zh".split())
+COMMON = frozenset("ar cs da de el en es fa fi fr he hi hu id it ja ko nl pl pt ro ru sk sv th tr uk ur vi zh".split())
 _TO_LINGUA = {"no": "nb"}  # fastText label -> lingua ISO 639-1 code, where they differ
 _FROM_LINGUA = {v: k for k, v in _TO_LINGUA.items()}
 _NEGLIGIBLE = 1e-3  # below this, a confidence hardly moves a vote (half of it counts)

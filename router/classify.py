@@ -7,7 +7,8 @@ language ID is not sure of it ("ok", "continue", "2"), earlier user turns of the
 what the last one leaves open (`_with_earlier_turns`). Detection is restricted to the languages the
 routing table serves; a confidence below the threshold sends the request to the default language, and
 its statistics go to the undetermined bucket ``und`` (so uncertain prompts do not blur the default
-language's acceptance).
+language's acceptance). On a short text the decision keeps the labels language ID found likely
+(``Decision.likely``), and the routing serves it with a draft that covers them (router.routing).
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ class Decision:
     source: str  # "header" | "body" | "langid" | "fallback"
     text: str  # the text langid looked at (uncleaned), kept for opt-in capture
     label: str = ""  # the bounded stats language (`stats_label`); "" means: the language itself
+    # On a fallback from a short text: the labels language ID found likely, best first (`LangGuess.likely`).
+    # The routing serves the request with a draft that covers them (router.routing.unsure_pools).
+    likely: tuple[str, ...] = ()
 
     @property
     def stats_language(self) -> str:
@@ -185,6 +189,7 @@ def classify(
     if guess is None:
         return Decision(default_language, 0.0, None, domain, "fallback", text, UNDETERMINED)
     if guess.confidence < threshold:
-        return Decision(default_language, guess.confidence, guess.language, domain, "fallback", text, UNDETERMINED)
+        return Decision(default_language, guess.confidence, guess.language, domain, "fallback", text, UNDETERMINED,
+                        guess.likely)
     return Decision(guess.language, guess.confidence, guess.language, domain, "langid", text,
                     stats_label(guess.language, "langid", counted))

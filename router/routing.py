@@ -3,12 +3,18 @@
 `route` is the router's whole decision and nothing else (no telemetry, no capture, no I/O to engines):
 `router.proxy.prepare` serves requests with it and `polyspec route explain` explains them with it, so the
 two can never disagree. Its cost is bounded: router.body and router.classify say how.
+
+When language ID is unsure of a short text (a fallback with likely labels), a wrong guess would send it to a
+draft that does not know its language; the default pool is a guess too. So the request goes first to the
+pools that cover the likely labels (`unsure_pools`): those serving every one of them, best mean offline
+acceptance over them first; where none serves them all, the broadest pool serving several languages (the
+multilingual draft). The default pools follow for failover; with no such pool, the fallback is unchanged.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -16,9 +22,9 @@ from polyspec.router import canary
 from polyspec.router.body import Body, decode_body, field
 from polyspec.router.classify import Decision, classify, pop_router_fields, table_domains
 from polyspec.router.errors import BadRequest, ModelNotFound, NoBackend
-from polyspec.router.policy import Target, candidate_pools, plan_attempts
+from polyspec.router.policy import GENERAL, Target, candidate_pools, plan_attempts
 from polyspec.router.speed import Ranking, SpeedInputs, extra_pools, rank
-from polyspec.router.table import Pool
+from polyspec.router.table import Pool, RoutingTable
 
 if TYPE_CHECKING:
     from polyspec.router.runtime import RouterRuntime
@@ -64,15 +70,62 @@ def route(rt: RouterRuntime, raw: bytes, headers: dict[str, str], kind: str,
     live = rt.telemetry.live_lookup()
     pools = candidate_pools(table, decision.language, decision.domain, live, c.prior_spec_steps, serving)
     ranking = None
+    covering = unsure_pools(table, decision.likely, decision.domain, serving) if decision.likely else []
     if c.policy == "speed":
         inputs = SpeedInputs(live, rt.live_steps, rt.explorer, rt.backends.in_flight, rt.backends.is_healthy,
                              c.prior_spec_steps, c.prior_step_requests, c.speed_confidence_z)
-        extra = extra_pools(table, decision.language, decision.domain, live, serving)
         memo = table.cached("speed_memo")
         memo = table.cache("speed_memo", {}) if memo is None else memo
-        ranking = rank(pools, extra, decision.language, decision.domain, inputs, memo)
-        pools = [cand.pool for cand in ranking.candidates]
+        if covering:  # ranked among themselves, for the likeliest label
+            ranking = rank(covering, [], decision.likely[0], decision.domain, inputs, memo)
+            covering = [cand.pool for cand in ranking.candidates] or covering
+        else:
+            extra = extra_pools(table, decision.language, decision.domain, live, serving)
+            ranking = rank(pools, extra, decision.language, decision.domain, inputs, memo)
+            pools = [cand.pool for cand in ranking.candidates]
+    if covering:  # the usual order follows, for failover
+        keys = {p.key for p in covering}
+        pools = covering + [p for p in pools if p.key not in keys]
     # a canary takes its share of its language and is last for everything else (router.canary)
     pools = canary.apply(pools, decision.language, table.cached(canary.CACHE_KEY), random.random())
     targets = plan_attempts(pools, rt.backends.is_healthy, rt.backends.in_flight, c.max_attempts, serving)
     return Routing(body, strict, pins, serving, decision, pools, targets, ranking)
+
+
+_UNSURE_CACHE = "unsure_pools"
+_UNSURE_LIMIT = 4096  # keyed by labels of the routing table's own languages: bounded, and bounded again here
+
+
+def unsure_pools(table: RoutingTable, likely: tuple[str, ...], domain: str,
+                 serving: Collection[str] | None = None) -> list[Pool]:
+    """The speculating pools to serve a text language ID is unsure of, best first: those of ``domain`` or
+    general that serve every label of ``likely``, by their mean offline MAL over the labels (a pool without a
+    figure for one counts 1 there: nothing accepted); where none serves them all, the pool serving the most
+    languages, if it serves several and one of ``likely`` (the multilingual draft). Empty when no pool
+    qualifies: the fallback to the default pools stands. Cached with the table per (labels, domain)."""
+    memo = table.cached(_UNSURE_CACHE)
+    memo = table.cache(_UNSURE_CACHE, {}) if memo is None else memo
+    key = (likely, domain)
+    found = memo.get(key)
+    if found is None:
+        found = _unsure_pools(table, likely, domain)
+        if len(memo) < _UNSURE_LIMIT:
+            memo[key] = found
+    if serving is None:
+        return list(found)
+    return [p for p in found if any(r.url in serving for r in p.replicas)]
+
+
+def _unsure_pools(table: RoutingTable, likely: tuple[str, ...], domain: str) -> list[Pool]:
+    usable = [p for p in table.pools if p.speculates and p.domain in (domain, GENERAL)]
+    covering = [p for p in usable if all(p.serves(lang) for lang in likely)]
+    if covering:
+        def score(pool: Pool) -> tuple[int, float, str]:
+            mal = sum(pool.offline_mal.get(lang, 1.0) for lang in likely) / len(likely)
+            return (0 if pool.domain == domain else 1, -mal, pool.key)
+
+        return sorted(covering, key=score)
+    broad = [p for p in usable if len(p.languages) > 1 and any(p.serves(lang) for lang in likely)]
+    if not broad:
+        return []
+    return [max(broad, key=lambda p: (len(p.languages), p.domain == domain, p.key))]

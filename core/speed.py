@@ -157,3 +157,40 @@ def tokens_per_second(expected: float, step_s: float | None) -> float | None:
     if step_s is None or step_s <= 0:
         return None
     return expected / step_s
+
+
+# Prefill, per prompt token, in steps of the verifier alone at batch 1 (a step without speculation). A step
+# time from `polyspec engines calibrate` is wall time over steps for short raw prompts (16 tokens, no chat
+# template): it hides almost no prefill. A chat request's prompt is 78-196 tokens (MT-Bench first turns with
+# SmolLM2's template), and on the 2-core machine of docs/speed.md each prompt token cost 4.2-5.1 ms in every
+# committed speed_policy run (least squares of request seconds on steps and prompt tokens), 0.076 of the
+# verifier-alone step there (63.4 ms). Left out, it made every prediction 11-26 % too high, Russian (the
+# longest prompts in tokens) the most.
+PREFILL_STEPS_PER_TOKEN = 0.076
+
+
+def request_seconds(expected: float, step_s: float, *, answer_tokens: int, prompt_tokens: int,
+                    prefill_s_per_token: float) -> float:
+    """Wall time of one request: its prompt's prefill, then ``answer_tokens / expected`` steps."""
+    return prompt_tokens * prefill_s_per_token + answer_tokens / max(expected, 1.0) * step_s
+
+
+def request_tokens_per_second(expected: float, step_s: float | None, *, answer_tokens: int, prompt_tokens: int,
+                              prefill_s_per_token: float) -> float | None:
+    """Tokens/s a client sees over a whole request (prefill included); ``tokens_per_second`` without a prompt."""
+    if step_s is None or step_s <= 0 or answer_tokens <= 0:
+        return None
+    return answer_tokens / request_seconds(expected, step_s, answer_tokens=answer_tokens,
+                                           prompt_tokens=prompt_tokens, prefill_s_per_token=prefill_s_per_token)
+
+
+def draft_step(plain_s: float, ref_s: float, *, k: int, ref_k: int, vocab: int, ref_vocab: int,
+               layer_vocab: float) -> float:
+    """Step time of an engine drafting ``k`` tokens with a draft head of ``vocab`` rows, from a measured
+    engine (``ref_s`` at ``ref_k``, ``ref_vocab``) and the verifier alone (``plain_s``, at the same batch).
+
+    The draft's share of a step, ``ref_s - plain_s``, grows linearly with k (planning.step(k), docs/speed.md) and
+    with the draft's weights: one decoder layer, worth ``layer_vocab`` rows of the head, plus ``vocab`` rows. Its
+    compute scales so; on a CPU a small pass is partly fixed overhead, so this overstates a larger head's cost."""
+    extra = max(0.0, ref_s - plain_s) * (k / ref_k) * ((layer_vocab + vocab) / (layer_vocab + ref_vocab))
+    return plain_s + extra

@@ -3,7 +3,8 @@ recommendations."""
 
 from __future__ import annotations
 
-from typing import Optional
+from pathlib import Path
+from typing import Any, Optional
 
 import typer
 
@@ -40,6 +41,22 @@ def plan(
                                       "'train a draft for it' recommendation."),
     min_k_gain: float = typer.Option(1.03, min=1.0, help="Recommend another k only when it predicts at least this "
                                      "gain in tokens/s."),
+    engines: Optional[int] = typer.Option(None, "--engines", help="Choose the fleet for this many engine slots: "
+                                          "which drafts (and k, or no speculation) on how many replicas."),
+    traffic: Optional[str] = typer.Option(None, "--traffic", help="With --engines: the mix to plan for, "
+                                          "LANGUAGE[:DOMAIN]=SHARE,... summing to 1 (default: the live statistics)."),
+    write: Optional[Path] = typer.Option(None, "--write", dir_okay=False, help="With --engines: save the plan "
+                                         "(YAML) for `polyspec up --plan` and `polyspec deploy k8s --plan`."),
+    verifier: Optional[str] = typer.Option(None, "--verifier", help="With --engines: the verifier to plan for "
+                                           "(default: the active deployments', else POLYSPEC_DEFAULT_VERIFIER)."),
+    concurrency: float = typer.Option(1.0, min=1.0, help="With --engines: streams in flight over the fleet; "
+                                      "a replica helps only when its share of them exceeds one."),
+    answer_tokens: int = typer.Option(96, min=1, help="With --engines: tokens per answer, for prefill's share."),
+    prompt_tokens: int = typer.Option(110, min=0, help="With --engines: prompt tokens per request (chat "
+                                      "template included)."),
+    memory_gib: Optional[float] = typer.Option(None, "--memory-gib", help="With --engines: memory to plan "
+                                               "within (default: what is available now)."),
+    engine_gib: float = typer.Option(3.5, "--engine-gib", help="With --engines: memory one engine takes."),
     registry: Optional[str] = RegistryOpt,
     as_json: bool = JsonOpt,
 ) -> None:
@@ -47,7 +64,18 @@ def plan(
     speculation, and what to do; per draft deployment: the k with the highest predicted tokens/s (k: auto).
 
     Recommendations (train a draft for a language, serve it without speculation, change k) are stored in the
-    registry as open rows (`polyspec deploy recommendations`) unless --dry-run. Model and limits: docs/speed.md."""
+    registry as open rows (`polyspec deploy recommendations`) unless --dry-run. Model and limits: docs/speed.md.
+
+    With --engines N it chooses the fleet instead: the deployments and replicas over N engine slots with the
+    highest traffic-weighted predicted tokens/s (registry.fleet_search)."""
+    if engines is not None:
+        return _fleet(engines, traffic, write, verifier, registry, as_json, memory_gib=memory_gib,
+                      engine_gib=engine_gib, answer_tokens=answer_tokens, prompt_tokens=prompt_tokens,
+                      concurrency=concurrency)
+    if traffic is not None or write is not None:
+        from polyspec.registry.fleet_plan import PlanError
+
+        raise PlanError("--traffic and --write plan a fleet: give --engines N with them")
     with _open(registry) as reg:
         result = reg.plan(min_share=min_share, min_speedup=min_speedup, min_k_gain=min_k_gain, record=not dry_run)
     if as_json:
@@ -65,6 +93,45 @@ def plan(
     _table(f"Recommendations {verb}", ["kind", "subject", "why"],
            [[r["kind"], r["subject"], r["details"].get("why") or r["details"].get("gain") or ""]
             for r in result.recommendations])
+
+
+def _fleet(engines: int, traffic: Optional[str], write: Optional[Path], verifier: Optional[str],
+           registry: Optional[str], as_json: bool, *, memory_gib: Optional[float], engine_gib: float,
+           **settings: float) -> None:
+    """`deploy plan --engines N`: every input is checked before the registry is read, the plan before it is written."""
+    from polyspec.core.settings import get_settings
+    from polyspec.registry.fleet_inputs import make_plan
+    from polyspec.registry.fleet_plan import available_gib, check_engines, parse_traffic, write_plan
+
+    check_engines(engines, available_gib() if memory_gib is None else memory_gib, engine_gib)
+    cells = parse_traffic(traffic) if traffic is not None else None
+    with _open(registry) as reg, reg.session() as s:
+        result = make_plan(s, engines=engines, traffic=cells, verifier=verifier,
+                           default_verifier=get_settings().default_verifier, **settings)
+    if write is not None:
+        write_plan(result, write)
+    if as_json:
+        return _dump(result.model_dump(mode="json"))
+    print_fleet_plan(result)
+    if write is not None:
+        typer.echo(f"plan written to {write} (serve it: polyspec up --plan {write})")
+
+
+def print_fleet_plan(result: Any) -> None:
+    """The plan's deployments, its per-cell predictions and what each engine adds (registry.fleet_plan.FleetPlan)."""
+    _table(f"Fleet for {result.engines} engine slot(s), verifier {result.verifier}: {result.engines_used} used",
+           ["deployment", "draft", "k", "replicas", "serves"],
+           [[e.name + (" (default)" if e.default else ""), e.draft or "none (no speculation)", e.k, e.replicas,
+             ", ".join(e.languages) or "-"] for e in result.entries])
+    _table("Predicted per cell (tokens/s of one stream, prefill included)",
+           ["language", "domain", "share", "engine", "tokens/step", "ms/step", "tok/s", "no speculation tok/s",
+            "speed-up"],
+           [[p.language, p.domain, f"{p.share:.0%}", p.entry, f"{p.tokens_per_step:.2f}", f"{p.step_ms:.1f}",
+             f"{p.tps:.1f}", f"{p.plain_tps:.1f}", f"{p.speedup:.2f}x"] for p in result.predicted])
+    _table("What each engine adds (the best fleet of each size)", ["engines", "weighted tok/s", "added", "to"],
+           [[m.engines, f"{m.weighted_tps:.2f}", f"{m.added_tps:+.2f}", m.added] for m in result.marginal])
+    typer.echo(f"traffic-weighted: {result.weighted_tps:.2f} tok/s, {result.speedup:.2f}x no speculation "
+               f"({result.plain_weighted_tps:.2f}); step times: {result.assumptions.get('step_times')}")
 
 
 @app.command("recommendations")

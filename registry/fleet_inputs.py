@@ -1,0 +1,109 @@
+"""What `polyspec deploy plan --engines N` reads from the registry: the candidates (every active draft of the
+verifier at each k, and no speculation), their acceptance, the step-time curves calibrated so far and the
+traffic mix of the live statistics (registry.fleet_search does the arithmetic)."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from polyspec.core.languages import UNDETERMINED
+from polyspec.registry import deployments
+from polyspec.registry.fleet_plan import Cell, FleetPlan, PlanError, cell
+from polyspec.registry.fleet_search import MAX_PLAN_K, Candidate, Inputs, plan_fleet
+from polyspec.registry.planning import with_shared_steps
+from polyspec.registry.records import DraftRecord
+from polyspec.registry.schema import Deployment, Draft, Verifier
+
+NO_SPEC = "no-spec"
+
+
+def plan_verifier(session: Session, requested: str | None, default: str) -> str:
+    """The verifier to plan for: the one asked for, else the active deployments' (when they agree), else the
+    default; it must be registered."""
+    name = requested
+    if name is None:
+        used = {d.verifier_name for d in deployments.views(session) if d.verifier_name}
+        name = used.pop() if len(used) == 1 else default
+    if session.scalars(select(Verifier).where(Verifier.name == name)).first() is None:
+        raise PlanError(f"verifier {name!r} is not in the registry (`polyspec registry add-verifier`)")
+    return name
+
+
+def drafts_of(session: Session, verifier: str) -> dict[str, DraftRecord]:
+    """Every draft of the verifier, by reference ("name@version")."""
+    rows = session.scalars(select(Draft).join(Verifier).where(Verifier.name == verifier).order_by(Draft.id))
+    return {f"{r.name}@{r.version}": DraftRecord.of(r) for r in rows}
+
+
+def short_name(draft: DraftRecord, verifier: str) -> str:
+    base = draft.name[len(verifier) + 1:] if draft.name.startswith(verifier + "-") else draft.name
+    base = re.sub(r"[^A-Za-z0-9_.\-]", "-", base) or "draft"
+    return base if draft.version == 1 else f"{base}-v{draft.version}"
+
+
+def candidates(session: Session, verifier: str, *, max_k: int = MAX_PLAN_K) -> list[Candidate]:
+    out = [Candidate(NO_SPEC, None, 0, None)]
+    for ref, d in drafts_of(session, verifier).items():
+        if d.status != "active":
+            continue
+        for k in range(1, max_k + 1):
+            out.append(Candidate(f"{short_name(d, verifier)}-k{k}", ref, k, d.draft_vocab_size, d.domain,
+                                 tuple(d.languages)))
+    return out
+
+
+def gather(session: Session, verifier: str, **settings: Any) -> Inputs:
+    """Acceptance of every draft of the verifier, live counters and the calibrated step curves of the active
+    deployments (engines of one shape pooled, as the router reads them), keyed by (draft vocabulary, k)."""
+    offline: dict[str, dict[str, list[float]]] = {}
+    samples: dict[str, dict[str, int]] = {}
+    for row in session.scalars(select(Draft).join(Verifier).where(Verifier.name == verifier)):
+        offline[f"{row.name}@{row.version}"], samples[f"{row.name}@{row.version}"] = \
+            deployments._offline_acceptance(session, row)
+    live = {(r.language, r.domain, r.draft_name): r for r in deployments.live_stats(session)}
+    vocab = {ref: d.draft_vocab_size for ref, d in drafts_of(session, verifier).items()}
+    pooled: dict[tuple[int | None, int], dict[int, list[float]]] = defaultdict(dict)
+    views = [v for v in deployments.views(session) if v.verifier_name == verifier and v.step_s]
+    for view in with_shared_steps(views):
+        key = (vocab.get(view.draft), view.k or 0) if view.draft else (None, 0)
+        for batch, seconds in view.step_s.items():
+            pooled[key].setdefault(batch, []).append(seconds)
+    curves = {key: {b: sum(v) / len(v) for b, v in sorted(points.items())} for key, points in pooled.items()}
+    return Inputs(offline=offline, offline_samples=samples, live=live, curves=curves, calibrated=bool(curves),
+                  **settings)
+
+
+def live_traffic(session: Session) -> list[Cell]:
+    """The live statistics' mix: requests per (language, domain) over all drafts, as shares."""
+    requests: dict[tuple[str, str], int] = defaultdict(int)
+    for row in deployments.live_stats(session):
+        if row.language not in (UNDETERMINED, "other") and row.requests > 0:
+            requests[(row.language, row.domain)] += row.requests
+    total = sum(requests.values())
+    if not total:
+        raise PlanError("no live traffic in the registry to plan for: give the mix with --traffic, "
+                        "e.g. --traffic en=0.5,fr=0.3,ja=0.2")
+    return [cell(lang, domain, n / total) for (lang, domain), n in sorted(requests.items())]
+
+
+def deployed_languages(session: Session) -> list[Cell]:
+    """Before any traffic: the active deployments' languages, alike (what `polyspec up` plans for then)."""
+    langs = sorted({lang for d in session.scalars(select(Deployment).where(Deployment.status == "active"))
+                    for lang in (d.languages or (d.draft.languages if d.draft is not None else []))})
+    if not langs:
+        raise PlanError("no traffic and no deployment to plan for: give the mix with --traffic")
+    return [cell(lang, "general", 1 / len(langs)) for lang in langs]
+
+
+def make_plan(session: Session, *, engines: int, traffic: list[Cell] | None, verifier: str | None,
+              default_verifier: str, **settings: Any) -> FleetPlan:
+    """The plan for ``engines`` slots over ``traffic`` (else the live statistics' mix)."""
+    name = plan_verifier(session, verifier, default_verifier)
+    cells = traffic if traffic is not None else live_traffic(session)
+    return plan_fleet(verifier=name, engines=engines, cells=cells, candidates=candidates(session, name),
+                      inputs=gather(session, name, **settings))

@@ -3,6 +3,12 @@
 SQLite gets WAL (readers never block the writer), a busy timeout (writers queue instead of
 failing) and foreign keys. Write transactions on SQLite start with ``BEGIN IMMEDIATE`` so two
 processes doing read-modify-write never deadlock on a lock upgrade; reads use a plain ``BEGIN``.
+
+Only an engine that may create (``create=True``: `polyspec registry init`, migrations, the commands that
+write) switches a file to WAL. An engine opened with ``create=False`` (the router, the dashboard) sets only
+per-connection options, which write nothing, and refuses a file without a SQLite header: on an empty file
+(a restore that has created its target and not yet written it) the WAL switch would write an empty
+database's first page, and landing after the restore's own writes it would erase the restored tables.
 """
 
 from __future__ import annotations
@@ -29,15 +35,18 @@ def is_sqlite(url: str) -> bool:
     return make_url(url).get_backend_name() == "sqlite"
 
 
+SQLITE_MAGIC = b"SQLite format 3\x00"
+SQLITE_HEADER_BYTES = 100
 MISSING_HINT = "create it with `polyspec registry init` (or `polyspec up`), or point POLYSPEC_REGISTRY_URL at the right one"
 
 
 def make_engine(url: str, *, create: bool = True) -> Engine:
     """An engine for ``url``; SQLite files get their parent directory created.
 
-    ``create=False`` (the router and its dashboard) opens an existing SQLite file only: a missing one raises
-    `RegistryMissing`, and the file is opened read-write without the create flag, so a file deleted later
-    is never silently re-created empty by a reconnect either.
+    ``create=False`` (the router and its dashboard) opens an existing SQLite file only: a missing one, or one
+    without a SQLite header (an empty file), raises `RegistryMissing`, at the engine's creation and at each
+    new connection; the file is opened read-write without the create flag, so a file deleted later is never
+    silently re-created empty by a reconnect either, and the engine never switches the journal mode.
     """
     try:
         parsed = make_url(url)
@@ -53,26 +62,55 @@ def make_engine(url: str, *, create: bool = True) -> Engine:
         engine = create_engine(parsed, poolclass=StaticPool, connect_args={"check_same_thread": False})
     elif not create and not parsed.query.get("uri"):
         path = Path(database).expanduser()
-        if not path.is_file():
-            raise RegistryMissing(f"registry database {path} does not exist; {MISSING_HINT}")
+        check_sqlite_file(path)
         # sqlite3's URI mode=rw: open read-write, never create (a plain path would create it on connect).
         uri = f"file:{quote(str(path.resolve()))}?mode=rw"
-        engine = create_engine("sqlite://", creator=lambda: sqlite3.connect(
-            uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False))
+
+        def connect() -> sqlite3.Connection:
+            check_sqlite_file(path)  # a reconnect too: the file may have been emptied since
+            return sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+
+        engine = create_engine("sqlite://", creator=connect)
     else:
         Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(parsed, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000})
-    _configure_sqlite(engine)
+    _configure_sqlite(engine, wal=create)
     return engine
 
 
-def _configure_sqlite(engine: Engine) -> None:
+def check_sqlite_file(path: Path) -> None:
+    """`RegistryMissing` unless ``path`` is a file that starts with a SQLite header. Reads only."""
+    try:
+        with path.open("rb") as file:
+            header = file.read(SQLITE_HEADER_BYTES)
+    except FileNotFoundError:
+        raise RegistryMissing(f"registry database {path} does not exist; {MISSING_HINT}") from None
+    except IsADirectoryError:
+        raise RegistryMissing(f"registry database {path} is a directory; {MISSING_HINT}") from None
+    if len(header) == SQLITE_HEADER_BYTES and header.startswith(SQLITE_MAGIC):
+        return
+    if not header:
+        what = "is empty (0 bytes)"
+    elif len(header) < SQLITE_HEADER_BYTES:
+        what = f"is too short for a SQLite database ({len(header)} bytes)"
+    else:
+        what = "is not a SQLite database (no SQLite header)"
+    raise RegistryMissing(
+        f"registry database {path} {what}: not opened, and left as it is (a copy still being written, or the "
+        "wrong file). Restore a registry by copying it to a temporary name beside it and renaming that into "
+        f"place (docs/operations.md); or {MISSING_HINT}")
+
+
+def _configure_sqlite(engine: Engine, *, wal: bool = True) -> None:
+    """Connection options; ``wal``: also switch the file to WAL, a write (engines that may create only)."""
+
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record) -> None:  # noqa: ANN001 (DB-API types)
         # pysqlite's own BEGIN handling is disabled so that the "begin" hook decides the mode.
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
+        if wal:
+            cur.execute("PRAGMA journal_mode=WAL")
         cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute("PRAGMA synchronous=NORMAL")

@@ -50,14 +50,6 @@ def _db_files(path: Path) -> list[Path]:
     return [path.with_name(path.name + suffix) for suffix in ("", "-wal", "-shm")]
 
 
-@pytest.fixture()
-def fake_replica(registry):
-    """The default (English) pool: one fake engine that answers streams correctly, slowly enough to see."""
-    with BrokenEngine("slow", slow_interval_s=0.01) as fake:
-        registry.deploy(None, name="fake-1", url=fake.url, languages=["en"], default=True)
-        yield fake
-
-
 def test_registry_deleted_under_running_router(fake_replica, registry, registry_url, caplog):
     caplog.set_level(logging.WARNING, logger="polyspec.router")
     path = Path(registry_url.removeprefix("sqlite:///"))

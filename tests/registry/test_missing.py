@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from contextlib import closing
 
 import pytest
 
@@ -16,10 +17,16 @@ def test_create_false_never_creates_a_registry(tmp_path):
     with pytest.raises(RegistryMissing, match="polyspec registry init"):
         open_registry(f"sqlite:///{path}", create=False)
     assert not path.exists() and not path.parent.exists()
-    empty = tmp_path / "empty.db"
-    sqlite3.connect(empty).close()  # a SQLite file without the registry's tables is no registry either
+    other = tmp_path / "other.db"
+    with closing(sqlite3.connect(other)) as con:  # a SQLite database without the registry's tables is no registry
+        con.execute("CREATE TABLE notes (text TEXT)")
     with pytest.raises(RegistryMissing, match="holds no polyspec registry"):
+        open_registry(f"sqlite:///{other}", create=False)
+    empty = tmp_path / "empty.db"
+    sqlite3.connect(empty).close()  # an empty file: refused as it is, never initialised
+    with pytest.raises(RegistryMissing, match="is empty"):
         open_registry(f"sqlite:///{empty}", create=False)
+    assert empty.stat().st_size == 0
 
 
 def test_a_registry_deleted_under_an_open_reader_is_not_recreated(tmp_path):
@@ -30,7 +37,7 @@ def test_a_registry_deleted_under_an_open_reader_is_not_recreated(tmp_path):
     reader.engine.dispose()  # the next read reconnects, as after a dropped connection
     for suffix in ("", "-wal", "-shm"):
         path.with_name(path.name + suffix).unlink(missing_ok=True)
-    with pytest.raises(Exception, match="unable to open database file"):
+    with pytest.raises(Exception, match="does not exist"):  # a reconnect checks the file first
         reader.active_deployments()
     assert not path.exists()
     reader.close()

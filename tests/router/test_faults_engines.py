@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -200,8 +199,13 @@ def test_registry_locked_then_deleted_router_keeps_serving(deployed, verifier, e
         assert "routing table refresh failed" in caplog.text
         assert not path.exists()  # not re-created as an empty registry (that would empty the table)
 
-        # Restored, and a German pool deployed meanwhile: the router reads the new file.
-        shutil.copy(backup, path)
+        # Restored as `cp` restores, the race forced: the target exists empty while the router refreshes (it
+        # refuses the file and writes nothing into it), then the bytes arrive.
+        path.touch()
+        assert wait_for(lambda: "is empty (0 bytes)" in (rt.last_refresh_error or ""), 10), rt.last_refresh_error
+        assert path.stat().st_size == 0
+        path.write_bytes(backup.read_bytes())
+        # A German pool deployed meanwhile: the router reads the new file.
         from polyspec.registry import open_registry
 
         with open_registry(registry_url) as reg:

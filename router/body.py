@@ -10,7 +10,8 @@ classification reads when the last one is short, are read the same way: at most 
 from the same last `MESSAGES_READ` messages, and only the first `EARLIER_TURN_BYTES` of each.
 
 What msgspec refuses (NaN, huge integers, deep nesting, lone surrogate escapes, invalid JSON) goes
-through `parse_json_body`, which keeps ``json``'s leniency and its error messages, as before.
+through `parse_json_body`, which judges it with ``json``'s error messages; NaN, Infinity and -Infinity,
+which ``json`` alone would accept, anywhere in the body, are refused like any other invalid JSON.
 """
 
 from __future__ import annotations
@@ -65,6 +66,19 @@ _MESSAGE = msgspec.json.Decoder(_Message)
 _PART = msgspec.json.Decoder(_Part)
 
 
+def _refuse_constant(name: str) -> float:
+    """``json``'s hook for NaN, Infinity and -Infinity, which it would otherwise accept: no JSON standard
+    has them, and an engine may refuse them or read them as something else."""
+    raise BadRequest(f"Request body is not valid JSON: {name} is not a JSON number (JSON has no NaN or Infinity).")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):  # 1e999: re-encoded, it would become Infinity
+        raise BadRequest(f"Request body is not acceptable JSON: the number {text[:40]} is too large.")
+    return value
+
+
 def parse_json_body(raw: bytes) -> dict[str, Any]:
     """The body as a JSON object (``json``'s reading of it), or a BadRequest that says what is wrong."""
     try:
@@ -72,7 +86,7 @@ def parse_json_body(raw: bytes) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise BadRequest(f"Request body is not valid UTF-8 (byte {exc.start}).") from None
     try:
-        body = json.loads(text)
+        body = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise BadRequest(f"Request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}.") from None
     except RecursionError:

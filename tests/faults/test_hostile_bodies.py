@@ -149,3 +149,26 @@ def test_oversized_small_fields_are_refused_not_decoded():
     with pytest.raises(BadRequest, match="'model' is too large"):
         field(body, "model")
     assert isinstance(body["messages"], msgspec.Raw)  # left as a slice of the body, copied on re-encode
+
+
+NON_STANDARD_NUMBERS = {
+    "top-level NaN": b'{"model": "polyspec", "temperature": NaN, "messages": [{"role": "user", "content": "hi"}]}',
+    "Infinity": b'{"model": "polyspec", "max_tokens": Infinity, "messages": [{"role": "user", "content": "hi"}]}',
+    "nested -Infinity": b'{"model": "polyspec", "messages": [{"role": "user", "content": "hi"}], '
+                        b'"logit_bias": {"42": -Infinity}, "tools": [{"x": [1, {"y": NaN}]}]}',
+    "completions NaN": b'{"model": "polyspec", "prompt": "hi", "top_p": NaN}',
+}
+
+
+@pytest.mark.parametrize("name", sorted(NON_STANDARD_NUMBERS))
+def test_nan_and_infinity_are_refused_like_other_malformed_json(error500, registry_url, name):
+    """Python's json accepts NaN, Infinity and -Infinity; they are no JSON, and were forwarded to the engine."""
+    raw = NON_STANDARD_NUMBERS[name]
+    path = "/v1/completions" if b'"prompt"' in raw else "/v1/chat/completions"
+    with serve_router(registry_url, fail_threshold=100) as router:
+        resp = httpx.post(f"{router.url}{path}", content=raw, headers={"content-type": "application/json"})
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["code"] == "invalid_request"
+    assert "is not a JSON number (JSON has no NaN or Infinity)" in error["message"]
+    assert error500.completion_requests == 0  # nothing reached the engine

@@ -18,21 +18,35 @@
 
 from __future__ import annotations
 
-from polyspec.core.settings import get_settings
-
 import json
 import os
 import signal
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import typer
+from openai import OpenAI
+from rich.table import Table
 
+import polyspec.training as training
 from polyspec.core.console import console
 from polyspec.core.counters import SpecCounts
+from polyspec.core.ports import free_port
+from polyspec.core.settings import get_settings
+from polyspec.fleet.plan import FleetError, plan_up
+from polyspec.fleet.run import run_up, share_cpus
+from polyspec.models.shipped import pull_command, shipped_for_language
+from polyspec.models.verifiers import prepare_verifier
+from polyspec.models.vllm_engine import EngineError, EngineSpec, VllmEngine
+from polyspec.registry import open_registry
+from polyspec.registry.errors import PromotionRefused
+from polyspec.training.config import RunConfig
+from polyspec.training.pipeline import run_pipeline, start_run
 
 LANGUAGES = ("en", "fr")
 DEPLOYMENT = "demo-{lang}"
@@ -78,8 +92,6 @@ class LangStats:
 
 
 def _mtbench(lang: str) -> list[dict[str, Any]]:
-    import polyspec.training as training
-
     path = Path(training.__file__).resolve().parent / "data" / "mtbench" / f"{lang}.jsonl"
     if not path.is_file():
         raise DemoError(f"bundled MT-Bench file missing: {path}")
@@ -125,8 +137,6 @@ def ensure_drafts(reg: Any, verifier: Any, console: Any, *, prompts_per_language
     checkout's models/drafts/ or pulled into POLYSPEC_HOME/drafts (models.shipped; trained on the H200, imported with its recorded evaluations and put through the
     promotion gate); otherwise one trained here on CPU (English from scratch, French fine-tuned from it,
     the founding recipe in small)."""
-    from polyspec.models.shipped import pull_command, shipped_for_language
-
     refs: dict[str, str] = {}
     for lang in LANGUAGES:
         active = reg.drafts(verifier=verifier.name, language=lang, status="active")
@@ -134,7 +144,10 @@ def ensure_drafts(reg: Any, verifier: Any, console: Any, *, prompts_per_language
             refs[lang] = active[-1].ref
             console.print(f"[green]✓[/] active {lang} draft in the registry: {refs[lang]}")
             continue
-        shipped = shipped_for_language(verifier.name, lang) if use_shipped else None
+        # the draft made for this language alone: the multilingual draft, best on French by measured
+        # acceptance, is made for nine languages, and the gate would weigh it on all nine and retire the
+        # English base it supersedes (registry.promotion)
+        shipped = shipped_for_language(verifier.name, lang, specialist=True) if use_shipped else None
         if shipped is not None:
             refs[lang] = install_shipped(reg, shipped, console)
             continue
@@ -170,8 +183,6 @@ def install_shipped(reg: Any, shipped: Any, console: Any) -> str:
 
 def promote_for_demo(reg: Any, ref: str, console: Any) -> None:
     """The registry's promotion gate; a refusal is shown with its numbers, then overridden (demo only)."""
-    from polyspec.registry.errors import PromotionRefused
-
     try:
         result = reg.promote(ref)
         console.print(f"  promoted {ref} (gate passed)")
@@ -193,9 +204,6 @@ def headline_comparisons(rows: list[dict[str, Any]], languages: list[str]) -> li
 
 def train_demo_draft(lang: str, verifier: Any, *, parent: str | None, prompts_per_language: int) -> str:
     """Run the training pipeline on the bundled demo prompts; returns the registered draft reference."""
-    from polyspec.training.config import RunConfig
-    from polyspec.training.pipeline import run_pipeline, start_run
-
     prompts_file = demo_prompts(lang, get_settings().home / "demo", limit=prompts_per_language)
     cfg = RunConfig.model_validate({
         "run_id": f"demo-{lang}-{time.strftime('%Y%m%d-%H%M%S')}", "language": lang, "verifier": verifier.name,
@@ -233,10 +241,6 @@ def ensure_deployments(reg: Any, refs: dict[str, str], console: Any, base_port: 
 def send_traffic(base: str, questions: int, max_tokens: int, console: Any,
                  speed: list[dict[str, Any]]) -> dict[str, LangStats]:
     """Held-out MT-Bench turns through the router; prints one row per routing decision."""
-    import httpx
-    from openai import OpenAI
-    from rich.table import Table
-
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:  # /ready: the router's table has a healthy engine
         try:
@@ -282,12 +286,6 @@ def plain_baseline(verifier_path: str | Path, questions: int, max_tokens: int, e
     The engine gets the CPU share each of the fleet's ``engines`` engines gets (`fleet.share_cpus`) and the
     demo's launch knobs, so the figures compare with the fleet's. One untimed request warms it up first, as
     `up --calibrate` warms the fleet's."""
-    import httpx
-
-    from polyspec.fleet.run import share_cpus
-    from polyspec.core.ports import free_port
-    from polyspec.models.vllm_engine import EngineError, EngineSpec, VllmEngine
-
     spec = EngineSpec(**share_cpus({"verifier": verifier_path, "draft": None, "host": "127.0.0.1",
                                     "port": free_port(), **LAUNCH}, engines))
     engine = VllmEngine(spec, get_settings().home / "logs" / "demo-no-speculation.log").start()
@@ -318,10 +316,6 @@ def plain_baseline(verifier_path: str | Path, questions: int, max_tokens: int, e
 
 def speed_table(rows: list[dict[str, Any]]) -> Any:
     """Per language: the engine the speed policy chose, predicted vs observed tokens/s, speed-up over none."""
-    from collections import Counter
-
-    from rich.table import Table
-
     table = Table(title="Speed per language (speed policy; tokens/s of one stream, client-side)")
     for col in ("language", "engine chosen", "predicted tok/s", "observed tok/s", "no speculation tok/s", "speed-up"):
         table.add_column(col, justify="left" if col in ("language", "engine chosen") else "right")
@@ -342,8 +336,6 @@ def speed_table(rows: list[dict[str, Any]]) -> Any:
 
 def acceptance_table(stats: dict[str, LangStats], reg: Any) -> Any:
     """Per language: the draft(s) that answered it, live acceptance, and the main draft's offline figure on it."""
-    from rich.table import Table
-
     # the vLLM figures on the 12 MT-Bench questions are closest to the demo's traffic; any other otherwise
     offline = {(e.draft, e.language): e for e in reg.best_evaluations()}
     offline.update({(e.draft, e.language): e for e in reg.best_evaluations(benchmark="mtbench", method="vllm")})
@@ -377,11 +369,6 @@ def demo(
     base_port: int = typer.Option(8101, help="First engine port."),
 ) -> None:
     """Deploy and serve an English and a French draft (shipped ones, or trained here); route MT-Bench turns."""
-    from polyspec.models.verifiers import prepare_verifier
-    from polyspec.registry import open_registry
-    from polyspec.fleet.plan import FleetError, plan_up
-    from polyspec.fleet.run import run_up
-
     console = _console()
     started = time.monotonic()
     no_wait = no_wait or bool(os.environ.get("CI"))

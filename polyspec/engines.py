@@ -7,16 +7,27 @@ computes or reads the verifier's cached reference while the engine loads, runs t
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
+from rich.progress import Progress
+from rich.table import Table
 
 from polyspec.core.cli import PolyspecTyper
+from polyspec.core.console import console
 from polyspec.core.errors import InvalidInput, PolyspecError
 from polyspec.core.hostcpu import DTYPES, NATIVE_BF16_FLAGS, host_cpu_flags, normalize_dtype
+from polyspec.core.selfcheck import SelfCheckFailed
+from polyspec.core.settings import get_settings
+from polyspec.models.selfcheck import ensure_reference
+from polyspec.models.verifiers import resolve_verifier
+from polyspec.models.vllm_engine import EngineSpec, VllmEngine
+from polyspec.registry import NotFound, open_registry
+from polyspec.router.calibrate import CalibrationFailed, calibrate_engines, parse_batches
 
 app = PolyspecTyper(help="Check this host's vLLM engines, and calibrate running ones for the speed policy.",
                   no_args_is_help=True)
@@ -25,12 +36,6 @@ app = PolyspecTyper(help="Check this host's vLLM engines, and calibrate running 
 def run_check(*, verifier: str | None, draft: Path | None, dtype: str, k: int, timeout: float,
               progress: bool) -> dict[str, Any]:
     """Start an engine, self-check it, stop it; the result as a JSON-able dict (``ok`` False on a failure)."""
-    from polyspec.core.selfcheck import SelfCheckFailed
-    from polyspec.core.settings import get_settings
-    from polyspec.models.selfcheck import ensure_reference
-    from polyspec.models.verifiers import resolve_verifier
-    from polyspec.models.vllm_engine import EngineSpec, VllmEngine
-
     info = resolve_verifier(verifier or get_settings().default_verifier)
     spec = EngineSpec(verifier=info.path, draft=draft, k=k, dtype=dtype, served_model_name="polyspec-selfcheck")
     choice = spec.dtype_choice()
@@ -120,14 +125,6 @@ def calibrate_deployments(registry: Any, names: list[str], *, batches: list[int]
                           progress: bool, timeout_s: float = 600.0) -> list[dict[str, Any]]:
     """Calibrate each named (default: every active) deployment with a URL and store its points; one result
     per deployment, with ``error`` set where its engine could not be measured (the others go on)."""
-    import asyncio
-
-    from rich.progress import Progress
-
-    from polyspec.core.console import console
-    from polyspec.registry import NotFound
-    from polyspec.router.calibrate import CalibrationFailed, calibrate_engines
-
     active = {d.name: d for d in registry.active_deployments()}
     missing = [n for n in names if n not in active]
     if missing:
@@ -166,10 +163,6 @@ def calibrate_deployments(registry: Any, names: list[str], *, batches: list[int]
 
 def print_calibration(results: list[dict[str, Any]], out: Any = None) -> None:
     """The calibration as a table, on ``out`` (a rich Console; default: stdout)."""
-    from rich.table import Table
-
-    from polyspec.core.console import console
-
     table = Table(title="Engine calibration (stored in the registry)")
     for name in ("deployment", "draft", "k", "batch", "ms/step", "tokens/s per stream", "tokens/step", "requests"):
         table.add_column(name, justify="right" if name not in ("deployment", "draft") else "left")
@@ -200,9 +193,6 @@ def calibrate(
 
     The router predicts tokens/s as tokens per step (from acceptance) over this step time (docs/speed.md),
     and refines it with what it measures live. Exits 5 when an engine could not be measured."""
-    from polyspec.registry import open_registry
-    from polyspec.router.calibrate import parse_batches
-
     try:
         batches = parse_batches(batch)
     except ValueError as exc:

@@ -11,7 +11,10 @@ from typing import Optional
 
 import typer
 
+from polyspec.adapt.cli import AdaptLoop, parse_every
 from polyspec.core.settings import get_settings
+from polyspec.fleet.plan import plan_up
+from polyspec.fleet.run import run_up
 
 
 def up(
@@ -29,10 +32,6 @@ def up(
                                               "DURATION` (30m, 2h, ...) beside the router, stopped with the fleet."),
 ) -> None:
     """Start one vLLM engine per active deployment (or per --config entry), then the router. Ctrl-C stops all."""
-    from polyspec.adapt.cli import AdaptLoop, parse_every
-    from polyspec.fleet.plan import plan_up
-    from polyspec.fleet.run import run_up
-
     logs = get_settings().home / "logs"
     loop = AdaptLoop(parse_every(adapt_every), registry, logs / "adapt.log") if adapt_every else None
     try:

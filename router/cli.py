@@ -1,15 +1,30 @@
-"""`polyspec` commands contributed by the router package: `serve` and `langid`. (`up`, which also starts
-engines, belongs to the application layer: polyspec/up.py.)"""
+"""The router layer's commands: `polyspec serve` and `polyspec route explain`. (`up`, which also starts
+engines, belongs to the application layer: polyspec/up.py; `langid` to the core layer: core/langid_cli.py.)"""
 
 from __future__ import annotations
 
-import itertools
+import asyncio
 import json
 import sys
-from collections.abc import Iterator
-from typing import BinaryIO, Optional
+from dataclasses import asdict
+from typing import Optional
 
 import typer
+from pydantic import ValidationError
+from sqlalchemy.engine import make_url
+
+from polyspec.core.cli import PolyspecTyper
+from polyspec.core.errors import InvalidInput
+from polyspec.core.settings import get_settings
+from polyspec.router.app import create_app
+from polyspec.router.body import decode_body
+from polyspec.router.config import RouterConfig
+from polyspec.router.errors import BadRequest
+from polyspec.router.explain import (decide, endpoint_of, load_runtime, parse_headers, probe_replicas, read_limited,
+                                     render)
+from polyspec.router.server import build_server
+
+route = PolyspecTyper(name="route", help="Inspect routing decisions.", no_args_is_help=True)
 
 
 def serve(
@@ -26,12 +41,6 @@ def serve(
     SIGTERM (or Ctrl-C) drains: /ready answers 503 at once, in-flight requests may finish within
     POLYSPEC_ROUTER_DRAIN_GRACE_S, and streams still open then end with an error event (router.server).
     """
-    from pydantic import ValidationError
-
-    from polyspec.router.app import create_app
-    from polyspec.router.config import RouterConfig
-    from polyspec.router.server import build_server
-
     overrides = {"host": host, "port": port, "registry_url": registry, "language_threshold": threshold,
                  "capture": capture, "router_id": router_id}
     try:
@@ -44,57 +53,61 @@ def serve(
     build_server(app, config, log_level=log_level).run()
 
 
-MAX_LINE_BYTES = 1 << 20  # a line past this is read to its end but only its first MiB is identified
+def _config(registry: str | None, threshold: float | None, probe_timeout: float | None) -> RouterConfig:
+    overrides = {"registry_url": registry, "language_threshold": threshold, "health_timeout_s": probe_timeout}
+    # One probe decides (fail_threshold=1): the router itself waits for fail_threshold failures in a row.
+    return RouterConfig(**{k: v for k, v in overrides.items() if v is not None}, fail_threshold=1, capture=False)
 
 
-def _lines(stream: BinaryIO, limit: int = MAX_LINE_BYTES) -> Iterator[str]:
-    """Lines of ``stream`` without their line ends, each at most ``limit`` bytes (the rest of a longer line is
-    read and dropped, so one endless line cannot exhaust memory), decoded as UTF-8 with bad bytes replaced."""
-    while line := stream.readline(limit):
-        if len(line) == limit and not line.endswith(b"\n"):
-            while (rest := stream.readline(limit)) and not rest.endswith(b"\n"):
-                pass
-        yield line.rstrip(b"\r\n").decode("utf-8", errors="replace")
+def _shown_url(config: RouterConfig) -> str:
+    url = config.registry_url or get_settings().resolved_registry_url
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - opening it already failed with a clear error, or will
+        return url
 
 
-def langid(
-    as_json: bool = typer.Option(False, "--json", help="One JSON object per line, as each line is identified: "
-                                 "{text, language, confidence}."),
-    restrict: Optional[str] = typer.Option(None, help="Comma-separated labels to choose from, e.g. fr,en,de."),
-    workers: int = typer.Option(1, min=1, max=64, help="Processes that identify lines (for large inputs: "
-                                "language ID is CPU-bound, so each core needs its own process)."),
+@route.command("explain")
+def explain(
+    header: list[str] = typer.Option([], "--header", "-H", help="A request header, NAME:VALUE (repeatable)."),
+    endpoint: Optional[str] = typer.Option(
+        None, "--endpoint", help="chat or completions (default: completions for a body with 'prompt' and no "
+        "'messages', else chat)."),
+    registry: Optional[str] = typer.Option(None, "--registry", help="Registry URL (default: POLYSPEC_REGISTRY_URL)."),
+    threshold: Optional[float] = typer.Option(None, help="Langid confidence below which prompts go to the default pool."),
+    probe: bool = typer.Option(False, "--probe", help="Probe each replica's /health (and /v1/models) once."),
+    probe_timeout: Optional[float] = typer.Option(None, help="Seconds per probe (default: health_timeout_s)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the decision as JSON."),
 ) -> None:
-    """Identify the language of each line of standard input (fastText lid.176, with word frequencies and lingua
-    on short lines; offline). Without --restrict, the first short line loads their models (a few seconds).
+    """Explain how the router would route the OpenAI request body read on stdin.
 
-    Lines are read and answered as a stream (with --json), in input order, so input of any length runs in
-    bounded memory; a line longer than 1 MiB is identified by its first MiB."""
-    from polyspec.core.langid_batch import detect_stream
+    Prints the language, domain, candidate pools with their MAL figures, the chosen replica and the reason.
+    Reads the registry, never writes it, and never creates one.
+    """
+    config = _config(registry, threshold, probe_timeout)
+    headers = parse_headers(header)
 
-    labels = [x.strip() for x in restrict.split(",") if x.strip()] if restrict else None
-    if restrict is not None and not labels:
-        typer.echo("error: --restrict needs at least one language code", err=True)
-        raise typer.Exit(2)
+    stdin = getattr(sys.stdin, "buffer", sys.stdin)
+    if stdin.isatty():
+        raise InvalidInput("no request body: pipe an OpenAI request body (JSON) into standard input")
+    raw = read_limited(stdin, config.max_body_bytes)
+    try:
+        body, _ = decode_body(raw)  # before the registry is read: bad input fails fast
+        kind = endpoint_of(body, endpoint)
+        rt = load_runtime(config)
+        if probe:
+            asyncio.run(probe_replicas(rt))
+        result = decide(rt, raw, headers, kind, probe)
+    except BadRequest as exc:  # what the router answers 400 to: a clear line and exit 2
+        raise InvalidInput(f"the router would answer 400: {exc.message}") from None
+    result.registry = _shown_url(config)
     if as_json:
-        lines, copy = itertools.tee(_lines(sys.stdin.buffer))
-        for text, guess in zip(copy, detect_stream(lines, labels, workers)):
-            sys.stdout.write(json.dumps({"text": text, "language": guess.language,
-                                         "confidence": round(guess.confidence, 6)}, ensure_ascii=False) + "\n")
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="Language identification (fastText lid.176 + word frequencies + lingua)")
-    table.add_column("text", overflow="fold")
-    table.add_column("language")
-    table.add_column("confidence", justify="right")
-    lines, copy = itertools.tee(_lines(sys.stdin.buffer))
-    for text, guess in zip(copy, detect_stream(lines, labels, workers)):
-        table.add_row(text[:80] + ("…" if len(text) > 80 else ""), guess.language, f"{guess.confidence:.3f}")
-    Console().print(table)
+        typer.echo(json.dumps(asdict(result), indent=2, ensure_ascii=False))
+    else:
+        render(result)
 
 
 def register(root: typer.Typer) -> None:
     """Mount this package's commands on the root CLI."""
     root.command("serve")(serve)
-    root.command("langid")(langid)
+    root.add_typer(route, name="route")

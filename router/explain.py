@@ -1,4 +1,4 @@
-"""`polyspec route explain`: what the router would do with one request, and why.
+"""What the router would do with one request, and why: `polyspec route explain` (its command is in router/cli.py).
 
 It reads an OpenAI request body on stdin (and headers given with ``--header``), loads the registry the way
 a freshly started router does (routing table from the active deployments, live acceptance from every
@@ -14,34 +14,29 @@ every replica counts as healthy (as in a router that has not probed yet) and in-
 
 from __future__ import annotations
 
-import asyncio
-import json
 import re
-import sys
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Optional
+from dataclasses import dataclass, field
+from typing import Any
 
-import typer
+from rich.table import Table
 
 from polyspec.core.acceptance import mean_acceptance_length
-from polyspec.core.cli import PolyspecTyper
+from polyspec.core.console import console
 from polyspec.core.errors import InvalidInput
-
-# Every `polyspec` command mounts this module, so the router's own modules (fastapi, httptools, msgspec,
-# prometheus: 0.3 s) are imported inside the functions that use them, as router/cli.py does.
-if TYPE_CHECKING:
-    from polyspec.router.classify import Decision
-    from polyspec.router.config import RouterConfig
-    from polyspec.router.errors import RouterError
-    from polyspec.router.policy import Target
-    from polyspec.router.runtime import RouterRuntime
-    from polyspec.router.table import Pool, RoutingTable
+from polyspec.registry import open_registry
+from polyspec.router.body import field as body_field
+from polyspec.router.classify import Decision
+from polyspec.router.config import RouterConfig
+from polyspec.router.errors import BadRequest, NoBackend, RouterError
+from polyspec.router.policy import GENERAL, Target, blended_mal
+from polyspec.router.routing import model_filter, route
+from polyspec.router.runtime import RouterRuntime
+from polyspec.router.table import Pool, RoutingTable, build_table, to_live_row
+from polyspec.router.telemetry import merge_rows
 
 ENDPOINTS = ("chat", "completions")
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an HTTP header name (RFC 9110 token)
-
-app = PolyspecTyper(name="route", help="Inspect routing decisions.", no_args_is_help=True)
 
 
 @dataclass
@@ -124,8 +119,6 @@ class _RegistrySnapshot:
         return list(self.registry.active_deployments())
 
     def live_stats(self) -> list[Any]:
-        from polyspec.router.table import to_live_row
-
         return [to_live_row(row) for row in self.registry.live_stats()]
 
     def record_live_stats(self, router_id: str, rows: Any) -> None:  # explain never flushes: never called
@@ -134,11 +127,6 @@ class _RegistrySnapshot:
 
 def load_runtime(config: RouterConfig) -> RouterRuntime:
     """A router runtime holding the registry's table and shared live stats; raises RegistryMissing."""
-    from polyspec.registry import open_registry
-    from polyspec.router.runtime import RouterRuntime
-    from polyspec.router.table import build_table
-    from polyspec.router.telemetry import merge_rows
-
     registry = open_registry(config.registry_url, create=False)
     try:
         source = _RegistrySnapshot(registry)
@@ -151,7 +139,7 @@ def load_runtime(config: RouterConfig) -> RouterRuntime:
     return rt
 
 
-async def _probe(rt: RouterRuntime) -> None:
+async def probe_replicas(rt: RouterRuntime) -> None:
     try:
         await rt.backends.probe_all()
     finally:
@@ -160,8 +148,6 @@ async def _probe(rt: RouterRuntime) -> None:
 
 # --- the decision ---------------------------------------------------------------------------------
 def _tier(table: RoutingTable, pool: Pool, language: str, domain: str) -> str:
-    from polyspec.router.policy import GENERAL
-
     if any(p.key == pool.key for p in table.pools_for(language, domain)):
         return "language+domain"
     if domain != GENERAL and any(p.key == pool.key for p in table.pools_for(language, GENERAL)):
@@ -173,8 +159,6 @@ def _tier(table: RoutingTable, pool: Pool, language: str, domain: str) -> str:
 
 def _figures(rt: RouterRuntime, pools: list[Pool], d: Decision, serving: frozenset[str] | None,
              speed: Mapping[str, dict[str, Any]]) -> list[PoolFigures]:
-    from polyspec.router.policy import blended_mal
-
     live, prior = rt.telemetry.live_lookup(), rt.config.prior_spec_steps
     out = []
     for rank, pool in enumerate(pools, 1):
@@ -193,10 +177,6 @@ def _figures(rt: RouterRuntime, pools: list[Pool], d: Decision, serving: frozens
 def decide(rt: RouterRuntime, raw: bytes, headers: dict[str, str], kind: str, probed: bool) -> Explanation:
     """Run the router's own decision (`router.routing.route`, what proxy.prepare runs) on one request body and
     explain the outcome. A request the router answers 400 raises its BadRequest."""
-    from polyspec.router.body import field
-    from polyspec.router.errors import BadRequest, NoBackend, RouterError
-    from polyspec.router.routing import model_filter, route
-
     notes: list[str] = []
     refused: list[RouterError] = []
 
@@ -215,7 +195,7 @@ def decide(rt: RouterRuntime, raw: bytes, headers: dict[str, str], kind: str, pr
 
     routing = route(rt, raw, headers, kind, serving_of=serving_of)
     c, d, pins, serving = rt.config, routing.decision, routing.pins, routing.serving
-    model = field(routing.body, "model")
+    model = body_field(routing.body, "model")
     outcome_error: RouterError | None = refused[0] if refused else None
     model_refused = bool(refused)
     pools = [] if outcome_error else routing.pools
@@ -352,10 +332,6 @@ def _num(value: float | None) -> str:
 
 def render(e: Explanation) -> None:
     """The decision as a rich table plus the reason (polyspec.core.console: fixed width off a terminal)."""
-    from rich.table import Table
-
-    from polyspec.core.console import console
-
     out = console()
     d = e.decision
     detected = d["detected"] or "-"
@@ -390,70 +366,3 @@ def render(e: Explanation) -> None:
     out.print(f"reason: {e.reason}", highlight=False)
     for note in e.notes:
         out.print(f"note: {note}", highlight=False, style="dim")
-
-
-def _config(registry: str | None, threshold: float | None, probe_timeout: float | None) -> RouterConfig:
-    from polyspec.router.config import RouterConfig
-
-    overrides = {"registry_url": registry, "language_threshold": threshold, "health_timeout_s": probe_timeout}
-    # One probe decides (fail_threshold=1): the router itself waits for fail_threshold failures in a row.
-    return RouterConfig(**{k: v for k, v in overrides.items() if v is not None}, fail_threshold=1, capture=False)
-
-
-def _shown_url(config: RouterConfig) -> str:
-    from sqlalchemy.engine import make_url
-
-    from polyspec.core.settings import get_settings
-
-    url = config.registry_url or get_settings().resolved_registry_url
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - opening it already failed with a clear error, or will
-        return url
-
-
-@app.command("explain")
-def explain(
-    header: list[str] = typer.Option([], "--header", "-H", help="A request header, NAME:VALUE (repeatable)."),
-    endpoint: Optional[str] = typer.Option(
-        None, "--endpoint", help="chat or completions (default: completions for a body with 'prompt' and no "
-        "'messages', else chat)."),
-    registry: Optional[str] = typer.Option(None, "--registry", help="Registry URL (default: POLYSPEC_REGISTRY_URL)."),
-    threshold: Optional[float] = typer.Option(None, help="Langid confidence below which prompts go to the default pool."),
-    probe: bool = typer.Option(False, "--probe", help="Probe each replica's /health (and /v1/models) once."),
-    probe_timeout: Optional[float] = typer.Option(None, help="Seconds per probe (default: health_timeout_s)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the decision as JSON."),
-) -> None:
-    """Explain how the router would route the OpenAI request body read on stdin.
-
-    Prints the language, domain, candidate pools with their MAL figures, the chosen replica and the reason.
-    Reads the registry, never writes it, and never creates one.
-    """
-    config = _config(registry, threshold, probe_timeout)
-    headers = parse_headers(header)
-    from polyspec.router.body import decode_body
-    from polyspec.router.errors import BadRequest
-
-    stdin = getattr(sys.stdin, "buffer", sys.stdin)
-    if stdin.isatty():
-        raise InvalidInput("no request body: pipe an OpenAI request body (JSON) into standard input")
-    raw = read_limited(stdin, config.max_body_bytes)
-    try:
-        body, _ = decode_body(raw)  # before the registry is read: bad input fails fast
-        kind = endpoint_of(body, endpoint)
-        rt = load_runtime(config)
-        if probe:
-            asyncio.run(_probe(rt))
-        result = decide(rt, raw, headers, kind, probe)
-    except BadRequest as exc:  # what the router answers 400 to: a clear line and exit 2
-        raise InvalidInput(f"the router would answer 400: {exc.message}") from None
-    result.registry = _shown_url(config)
-    if as_json:
-        typer.echo(json.dumps(asdict(result), indent=2, ensure_ascii=False))
-    else:
-        render(result)
-
-
-def register(root: typer.Typer) -> None:
-    """Mount `polyspec route` on the root CLI."""
-    root.add_typer(app, name="route")

@@ -11,17 +11,23 @@ replica in the router (``max_attempts``) before any byte reached the client.
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from polyspec.adapt.engines import (
     ENGINE_KEY, alive, candidate_spec, drain, engine_record, owned_pid, refresh_routers, start_engine, stop_pid,
 )
 from polyspec.adapt.settings import AdaptSettings
 from polyspec.adapt.stats import Arm, Verdict, verdict
+from polyspec.engines import calibrate_deployments
+from polyspec.registry import NotFound, RegistryError
 from polyspec.router.canary import CANARY_KEY  # in Deployment.launch: {"language", "share", "attempt"}
 
 # launch keys a redeployed engine keeps (the rest described an engine that no longer runs)
@@ -102,8 +108,6 @@ def arms(start: dict[str, dict], now: dict[str, dict], candidate: str, windows: 
 
 
 def _healthy(url: str, pid: int | None) -> bool:
-    import httpx
-
     if pid is not None and not alive(pid):
         return False
     try:
@@ -163,8 +167,6 @@ def monitor(ctx: Ctx, watch: Watch, url: str, pid: int | None) -> tuple[Verdict,
 
 def _start_watching(ctx: Ctx, watch: Watch, spec: dict[str, Any], log_path: Path) -> Any:
     """Start the engine in a thread while the old engine's traffic is measured; the engine, or its error."""
-    import threading
-
     box: dict[str, Any] = {}
 
     def start() -> None:
@@ -224,8 +226,6 @@ def run_canary(ctx: Ctx, candidate: Any, reference: Any) -> CanaryOutcome:
 
 
 def _calibrate(ctx: Ctx, name: str) -> None:
-    from polyspec.engines import calibrate_deployments
-
     try:
         results = calibrate_deployments(ctx.reg, [name], batches=[1], waves=1, max_tokens=32, progress=False)
     except Exception as exc:  # the router measures step times live anyway
@@ -235,15 +235,11 @@ def _calibrate(ctx: Ctx, name: str) -> None:
 
 
 def _jsonable(value: Any) -> Any:
-    import json
-
     return json.loads(json.dumps(value, default=str))
 
 
 def withdraw(ctx: Ctx, candidate: Any, deployment: str, engine: dict[str, Any], why: str) -> dict[str, Any]:
     """Take a candidate out of service: undeploy, let the routers notice, drain, stop its engine, retire it."""
-    from polyspec.registry import NotFound, RegistryError
-
     reg = ctx.reg
     try:
         reg.undeploy(deployment)

@@ -13,14 +13,32 @@ It lives in the application layer: it joins training (models, torch), engines an
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any, Optional
 
 import typer
+from pydantic import ValidationError
+from rich.table import Table
+from sqlalchemy.exc import OperationalError
 
+from polyspec.adapt.canary import CANARY_KEY
+from polyspec.adapt.cycle import LockKeeper, rollback_language, run_cycle
+from polyspec.adapt.settings import AdaptSettings
+from polyspec.adapt.triggers import assess
 from polyspec.core.cli import PolyspecTyper
-from polyspec.core.errors import InvalidInput, Unavailable
+from polyspec.core.console import console
+from polyspec.core.errors import InvalidInput, PolyspecError, Unavailable
+from polyspec.core.languages import resolve_language
+from polyspec.fleet.run import sigterm_as_interrupt
+from polyspec.registry import RegistryError, open_registry
+from polyspec.registry.adaptation import figure, summary
+from polyspec.registry.locks import LockHeld, holder_id
 
 app = PolyspecTyper(help="Closed-loop adaptation: train drafts from live traffic, gate, canary and swap them.",
                     no_args_is_help=False, invoke_without_command=True)
@@ -45,10 +63,6 @@ def parse_every(text: str) -> float:
 
 
 def _settings() -> Any:
-    from pydantic import ValidationError
-
-    from polyspec.adapt.settings import AdaptSettings
-
     try:
         return AdaptSettings()
     except ValidationError as exc:
@@ -57,8 +71,6 @@ def _settings() -> Any:
 
 
 def _open(url: str | None) -> Any:
-    from polyspec.registry import open_registry
-
     return open_registry(url)
 
 
@@ -67,16 +79,10 @@ def _echo_json(data: Any) -> None:
 
 
 def _console() -> Any:
-    from polyspec.core.console import console
-
     return console()
 
 
 def print_assessment(assessment: Any) -> None:
-    from rich.table import Table
-
-    from polyspec.registry.adaptation import figure
-
     out = _console()
     since = (time.strftime("%Y-%m-%d %H:%M", time.localtime(assessment.window_since))
              if assessment.window_since else "the registry's first traffic")
@@ -97,8 +103,6 @@ def print_assessment(assessment: Any) -> None:
 
 
 def dry_run(registry: str | None, as_json: bool) -> None:
-    from polyspec.adapt.triggers import assess
-
     with _open(registry) as reg:
         assessment = assess(reg, _settings())
     _echo_json(assessment.to_json()) if as_json else print_assessment(assessment)
@@ -107,12 +111,6 @@ def dry_run(registry: str | None, as_json: bool) -> None:
 def _with_lock(registry: str | None, body: Any, *, who_role: str = "adapt") -> Any:
     """Run ``body(reg, settings, who, keeper)`` holding the adapt lock; a held lock and a locked registry are
     refused with an event (when the registry can take one) and nothing else changes."""
-    from sqlalchemy.exc import OperationalError
-
-    from polyspec.adapt.cycle import LockKeeper
-    from polyspec.registry import RegistryError
-    from polyspec.registry.locks import LockHeld, holder_id
-
     s = _settings()
     who = holder_id(who_role)
     with _open(registry) as reg:
@@ -141,10 +139,6 @@ def _note(reg: Any, who: str, status: str, reason: str) -> None:
 
 
 def once(registry: str | None, as_json: bool) -> Any:
-    from polyspec.adapt.cycle import run_cycle
-
-    from polyspec.fleet.run import sigterm_as_interrupt
-
     say = (lambda msg: None) if as_json else (lambda msg: _console().print(f"[dim]adapt:[/] {msg}"))
     with sigterm_as_interrupt():  # `kill` as Ctrl-C: a canary in flight is withdrawn, a training child stopped
         result = _with_lock(registry, lambda reg, s, who, keeper: run_cycle(reg, s, who=who, say=say,
@@ -170,8 +164,6 @@ def main(
     registry: Optional[str] = typer.Option(None, "--registry", help="Registry URL (default: POLYSPEC_REGISTRY_URL)."),
 ) -> None:
     """Closed-loop adaptation (docs/adaptation.md). Settings: POLYSPEC_ADAPT_* environment variables."""
-    import os
-
     # The gate runs torch here, beside busy engines: spinning OpenMP threads make it many times slower on a
     # shared CPU (measured in training/eval_cli.py); it only takes effect before torch is imported, as here.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -192,9 +184,6 @@ def main(
 def loop(registry: str | None, seconds: float, as_json: bool) -> None:
     """A cycle every ``seconds``; a cycle that fails (lock held, registry busy) is reported and the loop goes on.
     Ctrl-C or SIGTERM stops it (a cycle in its canary withdraws the candidate first)."""
-    from polyspec.core.errors import PolyspecError
-    from polyspec.fleet.run import sigterm_as_interrupt
-
     try:
         with sigterm_as_interrupt():
             while True:
@@ -219,11 +208,6 @@ class AdaptLoop:
         self.proc: Any = None
 
     def start(self, router_base: str) -> None:
-        import os
-        import subprocess
-        import sys
-        from pathlib import Path
-
         env = dict(os.environ)
         env.setdefault("POLYSPEC_ADAPT_ROUTER_URLS", json.dumps([router_base]))
         cmd = [sys.executable, "-m", "polyspec.cli", "adapt", "--every", f"{self.seconds:g}s"]
@@ -234,9 +218,6 @@ class AdaptLoop:
         _console().print(f"adapt: a cycle every {self.seconds:g} s (pid {self.proc.pid}, log {self.log_path})")
 
     def stop(self, timeout: float = 120.0) -> None:
-        import signal
-        import subprocess
-
         if self.proc is None or self.proc.poll() is not None:
             return
         self.proc.send_signal(signal.SIGTERM)
@@ -266,9 +247,6 @@ def once_cmd(ctx: typer.Context,
 def rollback_cmd(ctx: typer.Context, language: str = typer.Argument(..., help="Language whose last swap to undo."),
                  as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """Return LANGUAGE to the draft it had before its last swap (or withdraw its running canary)."""
-    from polyspec.adapt.cycle import rollback_language
-    from polyspec.core.languages import resolve_language
-
     lang = resolve_language(language).code
     opts = ctx.obj or {}
     done = _with_lock(opts.get("registry"), lambda reg, s, who, keeper: rollback_language(
@@ -281,10 +259,6 @@ def history_cmd(ctx: typer.Context, language: Optional[str] = typer.Argument(Non
                 limit: int = typer.Option(200, min=1, max=100_000, help="Newest events shown."),
                 as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """The adaptation timeline: triggers, trainings, gates, canaries, swaps and rollbacks, with figures."""
-    from rich.table import Table
-
-    from polyspec.registry.adaptation import summary
-
     opts = ctx.obj or {}
     with _open(opts.get("registry")) as reg:
         events = reg.adaptation_events(language, limit=limit)
@@ -303,8 +277,6 @@ def history_cmd(ctx: typer.Context, language: Optional[str] = typer.Argument(Non
 @app.command("status")
 def status_cmd(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """The adapt lock, canaries in flight and interrupted trainings."""
-    from polyspec.adapt.canary import CANARY_KEY
-
     opts = ctx.obj or {}
     with _open(opts.get("registry")) as reg:
         data = {"locks": reg.locks(),

@@ -17,8 +17,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from polyspec.adapt.canary import CANARY_KEY, Ctx, restore, run_canary, swap, withdraw
+from polyspec.adapt.canary import CANARY_KEY, Ctx, deployment_name, restore, run_canary, swap, withdraw
 from polyspec.adapt.engines import ENGINE_KEY, EngineStartFailed
+from polyspec.adapt.gate import run_gate
 from polyspec.adapt.settings import AdaptSettings
 from polyspec.adapt.train import (
     DiskFull, TrainingFailed, TrainingPlan, check_disk, plan_training, register, run_config, run_training,
@@ -26,6 +27,11 @@ from polyspec.adapt.train import (
 )
 from polyspec.adapt.triggers import Action, Assessment, assess, counters_of
 from polyspec.core.errors import ConflictError, NotFoundError
+from polyspec.core.settings import get_settings
+from polyspec.registry import PromotionRefused
+from polyspec.training.pipeline import start_run
+from polyspec.training.runs import Run
+from polyspec.training.traffic import TrafficDataset, add_replay, build_dataset
 
 LOCK = "adapt"
 
@@ -107,8 +113,6 @@ def recover(reg: Any, s: AdaptSettings, who: str, say: Any, check: Any) -> list[
 def run_cycle(reg: Any, s: AdaptSettings, *, who: str, say: Any = print, check: Any = lambda: None,
               home: Path | None = None) -> CycleResult:
     """One cycle, the lock already held. Returns what happened; only programming errors escape."""
-    from polyspec.core.settings import get_settings
-
     home = Path(home or get_settings().home)
     recovered = recover(reg, s, who, say, check)
     assessment = assess(reg, s)
@@ -149,10 +153,6 @@ def _reason(exc: BaseException) -> str:
 
 
 def _train(ctx: Ctx, action: Action) -> tuple[Any, Any, TrainingPlan]:
-    from polyspec.training.pipeline import start_run
-    from polyspec.training.runs import Run
-    from polyspec.training.traffic import TrafficDataset, add_replay, build_dataset
-
     reg, s, home = ctx.reg, ctx.s, Path(ctx.home)
     if action.resume:
         dataset = TrafficDataset(**action.resume["dataset"])
@@ -191,8 +191,6 @@ def _train(ctx: Ctx, action: Action) -> tuple[Any, Any, TrainingPlan]:
 
 
 def _gate(ctx: Ctx, candidate: Any, dataset: Any, plan: TrainingPlan) -> Any:
-    from polyspec.adapt.gate import run_gate
-
     reg = ctx.reg
     serving = serving_deployment(reg, ctx.language, ctx.domain)
     baseline = reg.get_draft(serving.draft) if serving is not None and serving.draft else None
@@ -209,8 +207,6 @@ def _gate(ctx: Ctx, candidate: Any, dataset: Any, plan: TrainingPlan) -> Any:
 
 
 def _canary(ctx: Ctx, candidate: Any) -> tuple[str, str, str, dict[str, Any]]:
-    from polyspec.registry import PromotionRefused
-
     reference = serving_deployment(ctx.reg, ctx.language, ctx.domain)
     try:
         outcome = run_canary(ctx, candidate, reference)
@@ -236,8 +232,6 @@ def _canary(ctx: Ctx, candidate: Any) -> tuple[str, str, str, dict[str, Any]]:
 
 
 def _withdraw_after(ctx: Ctx, candidate: Any, exc: BaseException) -> None:
-    from polyspec.adapt.canary import deployment_name
-
     name = deployment_name(candidate)
     deps = {d.name: d for d in ctx.reg.active_deployments()}
     engine = dict((deps[name].launch or {}).get(ENGINE_KEY) or {}) if name in deps else {}
@@ -249,8 +243,6 @@ def rollback_language(reg: Any, s: AdaptSettings, language: str, *, who: str, sa
                       check: Any = lambda: None, home: Path | None = None) -> dict[str, Any]:
     """`polyspec adapt rollback LANG`: undo the language's last swap (restore what it replaced, withdraw the
     candidate), or withdraw its canary if one is deployed."""
-    from polyspec.core.settings import get_settings
-
     home = Path(home or get_settings().home)
     canaries = [d for d in reg.active_deployments() if ((d.launch or {}).get(CANARY_KEY) or {}).get("language") == language]
     if canaries:

@@ -19,7 +19,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
 from polyspec.core.errors import Unavailable
+from polyspec.core.settings import get_settings
+from polyspec.fleet.reference import ReferenceJob
+from polyspec.models.vllm_engine import EngineSpec, VllmEngine
 
 log = logging.getLogger("polyspec.adapt")
 
@@ -47,15 +53,11 @@ def candidate_spec(launch: dict[str, Any] | None, verifier_location: str, draft_
 
 def start_engine(spec: dict[str, Any], log_path: Path, *, timeout_s: float, self_check: bool) -> Any:
     """Start, wait for /health, self-check; the running VllmEngine, or EngineStartFailed (engine stopped)."""
-    from polyspec.models.vllm_engine import EngineSpec, VllmEngine
-
     engine = VllmEngine(EngineSpec(**spec), log_path)
     try:
         engine.start()
         job = None
         if self_check:
-            from polyspec.fleet.reference import ReferenceJob
-
             job = ReferenceJob(str(spec["verifier"]), log_path.with_name(log_path.stem + "-reference.log"))
         try:
             engine.wait_ready(timeout=timeout_s, progress=False)
@@ -145,9 +147,6 @@ def owned_pid(deployment: Any) -> tuple[int | None, int | None]:
 
 def busy(url: str, timeout_s: float = 5.0) -> int | None:
     """Requests running or waiting in the engine (vLLM's gauges); None when it cannot be read."""
-    import httpx
-    from prometheus_client.parser import text_string_to_metric_families
-
     try:
         resp = httpx.get(f"{url.rstrip('/')}/metrics", timeout=timeout_s)
         resp.raise_for_status()
@@ -186,10 +185,6 @@ def _since(started: float) -> float:
 def refresh_routers(urls: list[str], wait_s: float) -> list[dict[str, Any]]:
     """Make the routers reload the registry now (their admin refresh); without routers to call, or when one
     fails, wait ``wait_s``, the routers' own refresh period."""
-    import httpx
-
-    from polyspec.core.settings import get_settings
-
     results: list[dict[str, Any]] = []
     token = get_settings().admin_token
     csrf = secrets.token_urlsafe(32)  # any well-formed value: the check is cookie == header (router.admin.auth)

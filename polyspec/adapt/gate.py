@@ -17,6 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from polyspec.adapt.settings import AdaptSettings
+from polyspec.models.verifiers import resolve_verifier
+from polyspec.training.benchmarks import mtbench_languages
+from polyspec.training.eval_api import EvalOptions, run_eval
+from polyspec.training.eval_options import DraftChoice
 
 
 @dataclass
@@ -41,8 +45,6 @@ class Bench:
 
 
 def benches(language: str, heldout: Path, heldout_sha: str, served: list[str], s: AdaptSettings) -> list[Bench]:
-    from polyspec.training.benchmarks import mtbench_languages
-
     bundled = set(mtbench_languages())
     # The whole held-out live set (at most max_heldout prompts): besides gating, it becomes the candidate's offline
     # figure with the most prompts, which the speed policy reads (registry.deployments) until live traffic takes over.
@@ -56,8 +58,6 @@ def benches(language: str, heldout: Path, heldout_sha: str, served: list[str], s
 
 
 def _measure(bench: Bench, drafts: list[Any], verifier: Any, k: int, s: AdaptSettings) -> list[Any]:
-    from polyspec.training.eval_api import EvalOptions, run_eval
-
     options = EvalOptions(benchmark=bench.spec, k=k, turns="1", max_new_tokens=s.gate_tokens,
                           limit=bench.limit, language=bench.language, device=None if s.device == "auto" else s.device,
                           progress=False)
@@ -99,9 +99,6 @@ def run_gate(reg: Any, candidate: Any, baseline: Any | None, reference: Any | No
              heldout: Path, heldout_sha: str, served: list[str], s: AdaptSettings) -> GateResult:
     """Measure and decide. ``baseline``: the draft serving the language (None: served without speculation);
     ``reference``: the draft the other languages are compared with (the baseline, else the parent)."""
-    from polyspec.models.verifiers import resolve_verifier
-    from polyspec.training.eval_options import DraftChoice
-
     verifier = resolve_verifier(reg.get_verifier(candidate.verifier).location)
     if reference is not None and baseline is not None and reference.ref == baseline.ref:
         reference = None  # the same draft: measured once, as the baseline

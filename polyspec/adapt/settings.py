@@ -12,6 +12,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from polyspec.router.config import RouterConfig
+
 
 class AdaptSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="POLYSPEC_ADAPT_", extra="ignore")
@@ -129,6 +131,4 @@ class AdaptSettings(BaseSettings):
     def resolved_capture_dir(self) -> Path:
         if self.capture_dir is not None:
             return self.capture_dir.expanduser()
-        from polyspec.router.config import RouterConfig
-
         return RouterConfig().resolved_capture_dir()  # where the routers of this environment write

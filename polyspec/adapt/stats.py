@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
+from mpmath import betainc
+
 from polyspec.core.speed import expected_tokens, step_variance
 
 MIN_WINDOWS = 3
@@ -103,8 +105,6 @@ def _z_test(metric: str, a: float, var_a: float, b: float, var_b: float) -> Test
 
 def student_t_cdf(t: float, dof: float) -> float:
     """P(T <= t) for Student's t with ``dof`` (real, > 0) degrees of freedom, via the regularized incomplete beta."""
-    from mpmath import betainc
-
     tail = 0.5 * float(betainc(dof / 2, 0.5, 0, dof / (dof + t * t), regularized=True))
     return tail if t < 0 else 1.0 - tail
 

@@ -19,6 +19,13 @@ from typing import Any
 
 from polyspec.adapt.settings import AdaptSettings
 from polyspec.core.errors import PolyspecError, Unavailable
+from polyspec.core.settings import get_settings
+from polyspec.registry import NotFound
+from polyspec.training.config import RunConfig
+from polyspec.training.plan import active_draft
+from polyspec.training.registration import durable_copy
+from polyspec.training.runs import code_version
+from polyspec.training.traffic import free_bytes
 
 FIT_STAGES = ("prompts", "answers", "hidden-states", "vocab", "fit")
 
@@ -63,10 +70,6 @@ def plan_training(reg: Any, language: str, domain: str, train_file: Path | None,
     """Fine-tune the draft that serves the language (or the default language's active draft); from scratch
     when the language's profile says so (another script, low coverage). ``measure`` lets it profile the
     language from ``train_file`` when the registry has no profile (a registry write: not in a dry run)."""
-    from polyspec.core.settings import get_settings
-    from polyspec.registry import NotFound
-    from polyspec.training.plan import active_draft
-
     verifier = get_settings().default_verifier
     try:
         profile = reg.get_language(language, verifier=verifier)
@@ -89,8 +92,6 @@ def plan_training(reg: Any, language: str, domain: str, train_file: Path | None,
 
 def run_config(run_id: str, language: str, domain: str, dataset: Any, plan: TrainingPlan, verifier: str,
                engine_url: str | None, s: AdaptSettings) -> Any:
-    from polyspec.training.config import RunConfig
-
     replay = [{"path": dataset.replay_path, "ratio": s.replay_ratio}] if dataset.replay_path and s.replay_ratio else []
 
     fit = {key: value for key, value in (("epochs", s.epochs), ("lr", s.lr), ("warmup_steps", s.warmup_steps),
@@ -107,8 +108,6 @@ def run_config(run_id: str, language: str, domain: str, dataset: Any, plan: Trai
 
 
 def check_disk(home: Path, s: AdaptSettings) -> None:
-    from polyspec.training.traffic import free_bytes
-
     free = free_bytes(home) / 1024**3
     if free < s.min_free_gib:
         raise DiskFull(f"only {free:.1f} GiB free under {home}; a training needs {s.min_free_gib:g} GiB "
@@ -169,9 +168,6 @@ def _tail(path: Path, lines: int = 6, chars: int = 800) -> str:
 def register(reg: Any, run: Any, draft_dir: Path, home: Path, language: str, domain: str, plan: TrainingPlan,
              verifier: str, provenance: dict[str, Any]) -> Any:
     """Import the trained draft as a candidate (once per run: a re-run after a crash finds it)."""
-    from polyspec.training.registration import durable_copy
-    from polyspec.training.runs import code_version
-
     for rec in reg.drafts(verifier=verifier, language=language):
         if rec.provenance.get("run_id") == run.run_id:
             return rec

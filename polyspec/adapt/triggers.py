@@ -24,6 +24,7 @@ from typing import Any
 
 from polyspec.adapt.settings import AdaptSettings
 from polyspec.core.languages import UNDETERMINED
+from polyspec.training.traffic import capture_files, count_new, read_captured
 
 NOT_LANGUAGES = (UNDETERMINED, "other", "*")
 ALL_DOMAINS = "*"
@@ -158,8 +159,6 @@ def language_triggers(lang: str, window: dict[str, dict[str, float]], total: int
 
 def assess(reg: Any, s: AdaptSettings, *, now: float | None = None) -> Assessment:
     """Everything the triggers see now, and the action per language. Reads only: the dry run is this."""
-    from polyspec.training.traffic import count_new, read_captured
-
     now = time.time() if now is None else now
     capture = s.resolved_capture_dir()
     current = counters_of(reg.live_stats())
@@ -229,8 +228,6 @@ def _last_marks(reg: Any, lang: str) -> dict[str, Any]:
 
 
 def _captured_languages(capture: Any) -> set[str]:
-    from polyspec.training.traffic import capture_files
-
     if not capture.is_dir():
         return set()
     names = {p.name.split("-")[0].removesuffix(".jsonl") for p in capture.glob("*.jsonl")}

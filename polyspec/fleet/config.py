@@ -21,12 +21,11 @@ The models are pydantic, so a bad file fails with one message that names the fie
 
 from __future__ import annotations
 
-from polyspec.core.errors import InvalidInput
-
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from polyspec.core.errors import InvalidInput
 from polyspec.core.hostcpu import normalize_dtype
 from polyspec.core.yaml_model import read_mapping, validate
 

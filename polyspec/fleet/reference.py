@@ -13,6 +13,7 @@ from pathlib import Path
 
 from polyspec.core.errors import InvalidInput, Unavailable
 from polyspec.core.selfcheck import Reference, load_reference, reference_key, reference_path
+from polyspec.core.settings import get_settings
 
 log = logging.getLogger("polyspec.fleet")
 
@@ -34,8 +35,6 @@ class ReferenceJob:
     (``python -m polyspec.models.selfcheck``; torch stays out of this process)."""
 
     def __init__(self, verifier: str, log_path: Path) -> None:
-        from polyspec.core.settings import get_settings
-
         self.verifier = verifier
         self.log_path = log_path
         self.home = get_settings().home

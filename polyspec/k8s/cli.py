@@ -8,8 +8,15 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+import yaml
+from sqlalchemy.engine import make_url
 
 from polyspec.core.errors import InvalidInput
+from polyspec.core.settings import get_settings
+from polyspec.k8s.settings import load_values, settings_table as table
+from polyspec.k8s.sources import check_out, notes, render, targets_from_registry, targets_from_shipped, write
+from polyspec.registry import open_registry
+from polyspec.registry.cli_plan import app as deploy
 
 
 def k8s(
@@ -29,11 +36,6 @@ def k8s(
     sha256-check the verifier and draft; the router with HPA, PDB and Service; the registry Secret reference
     (or a trial Postgres); a ServiceMonitor; the dashboard. `kubectl apply -f DIR` applies them; NOTES.txt
     says what else to do. Settings: docs/scale-out.md#kubernetes."""
-    import yaml
-
-    from polyspec.k8s.settings import load_values, settings_table as table
-    from polyspec.k8s.sources import check_out, notes, render, targets_from_registry, targets_from_shipped, write
-
     if settings_table:
         typer.echo(table(), nl=False)
         return
@@ -51,11 +53,6 @@ def k8s(
     if example:
         targets = targets_from_shipped()
     else:
-        from polyspec.core.settings import get_settings
-        from polyspec.registry import open_registry
-
-        from sqlalchemy.engine import make_url
-
         # named in the 'no deployments' message: without its password
         where = make_url(registry or get_settings().resolved_registry_url).render_as_string(hide_password=True)
         with open_registry(registry, create=False) as reg:
@@ -70,6 +67,4 @@ def k8s(
 def register(root: typer.Typer) -> None:
     """Add `k8s` to the `deploy` group (registered by polyspec.registry.cli_plan, which the registry layer
     owns and so cannot import this app-layer module)."""
-    from polyspec.registry.cli_plan import app as deploy
-
     deploy.command("k8s")(k8s)

@@ -19,6 +19,7 @@ from typing import Any
 
 from polyspec.core.errors import InvalidInput
 from polyspec.k8s.settings import DNS_LABEL, K8sSettings
+from polyspec.models.vllm_engine import EngineSpec
 
 MODELS_DIR = "/models"  # the emptyDir the init containers fill and vLLM reads
 STORE_DIR = "/artifacts"  # the artifact volume (source: volume)
@@ -130,8 +131,6 @@ def meta(settings: K8sSettings, name: str, component: str, **extra: Any) -> dict
 def vllm_args(target: EngineTarget, settings: K8sSettings) -> list[str]:
     """The `vllm serve` arguments of ``target``, from models.vllm_engine.EngineSpec (the speculative config's
     only home), without what this machine's settings add."""
-    from polyspec.models.vllm_engine import EngineSpec
-
     eng = settings.engine
     extra = [*eng.extra_args, *target.extra_args] + (["--enforce-eager"] if eng.enforce_eager else [])
     max_len = eng.max_model_len or target.max_model_len

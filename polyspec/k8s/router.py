@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 from polyspec.k8s.engines import meta, selector
 from polyspec.k8s.settings import K8sSettings
+from polyspec.router.config import RouterConfig
 
 HOME = "/var/lib/polyspec"  # POLYSPEC_HOME of the router pods (capture, caches): an emptyDir
 LOOPBACK_HOSTS = ["localhost", "127.0.0.1", "::1"]  # RouterConfig.admin_allowed_hosts' default, kept with a host
@@ -29,8 +30,6 @@ def _registry_env(settings: K8sSettings) -> dict[str, Any]:
 
 
 def _drain_grace_s(settings: K8sSettings) -> float:
-    from polyspec.router.config import RouterConfig
-
     configured = settings.router.config.get("drain_grace_s")
     return float(configured) if configured is not None else float(RouterConfig.model_fields["drain_grace_s"].default)
 

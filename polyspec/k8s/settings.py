@@ -19,6 +19,7 @@ from polyspec import __version__
 from polyspec.core.errors import InvalidInput
 from polyspec.core.hostcpu import normalize_dtype
 from polyspec.core.yaml_model import read_mapping, validate
+from polyspec.router.config import RouterConfig
 
 # Kubernetes quantities ("500m", "16Gi", "2"): checked here so a typo fails at render time with the field's
 # name rather than at `kubectl apply`.
@@ -126,8 +127,6 @@ class RouterSettings(_Part):
     @field_validator("config")
     @classmethod
     def _known_router_fields(cls, value: dict[str, str]) -> dict[str, str]:
-        from polyspec.router.config import RouterConfig
-
         unknown = sorted(set(value) - set(RouterConfig.model_fields))
         if unknown:
             raise ValueError(f"not RouterConfig fields: {', '.join(unknown)}")

@@ -15,9 +15,14 @@ from typing import Any
 import yaml
 
 from polyspec.core.errors import InvalidInput, NotFoundError
-from polyspec.k8s.engines import Artifact, EngineTarget, K8sError, engine_manifests, engine_names, engine_url, fetch_configmap
+from polyspec.core.settings import get_settings
+from polyspec.k8s.engines import (
+    Artifact, EngineTarget, K8sError, engine_manifests, engine_names, engine_url, fetch_configmap,
+)
 from polyspec.k8s.router import ingress, registry_manifests, router_manifests, router_name, service_monitor
 from polyspec.k8s.settings import K8sSettings
+from polyspec.models.shipped import MANIFEST, best_for_language, checkout_drafts
+from polyspec.models.verifiers import list_prepared
 
 HEADER = "# Rendered by `polyspec deploy k8s`; edit the values, not this file.\n"
 NOTES = "NOTES.txt"
@@ -61,15 +66,11 @@ def targets_from_registry(reg: Any, where: str) -> list[EngineTarget]:
 def targets_from_shipped(manifest: Path | None = None) -> list[EngineTarget]:
     """The example: one target per draft of models/drafts/manifest.json (weights not needed, only their
     sha256), the verifier's sha256 from its prepared copy (`polyspec models prepare`)."""
-    from polyspec.core.settings import get_settings
-    from polyspec.models.shipped import MANIFEST, checkout_drafts
-    from polyspec.models.verifiers import list_prepared
-
     drafts = checkout_drafts(None, manifest or MANIFEST)
     if not drafts:
         raise NoDeployments(f"no shipped drafts listed in {manifest or MANIFEST} (a source checkout has them)")
     prepared = {v.name: v for v in list_prepared()}
-    default_language = get_settings().default_language
+    default_draft = best_for_language(drafts, get_settings().default_language)  # by measured acceptance
     targets = []
     for draft in drafts:
         verifier = prepared.get(draft.verifier)
@@ -80,7 +81,7 @@ def targets_from_shipped(manifest: Path | None = None) -> list[EngineTarget]:
         targets.append(EngineTarget(
             deployment=draft.name, verifier=Artifact(_verifier_key(verifier.name), dict(verifier.checksums)),
             draft=Artifact(f"drafts/{draft.name}", dict(draft.checksums)), draft_ref=draft.name, k=k,
-            languages=list(draft.languages), is_default=bool(draft.languages[:1] == [default_language])))
+            languages=list(draft.languages), is_default=draft is default_draft))
     return targets
 
 

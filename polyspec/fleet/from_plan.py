@@ -1,0 +1,81 @@
+"""`polyspec up --plan plan.yaml`: serve exactly the fleet of a plan (`polyspec deploy plan --engines N --write`).
+
+Everything is checked before anything is written or started: the file (YAML, schema version, fields), the
+verifier it was planned for, every draft it names (in the registry, not retired) and the memory its engines
+need. Then, in one registry transaction, each entry becomes one active deployment per replica (``NAME``,
+``NAME-2``, ...) launched with the plan's k; deployments of the same name that differ are replaced. Only the
+plan's deployments are launched.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from polyspec.core.settings import get_settings
+from polyspec.fleet.plan import DEFAULT_BASE_PORT, UpPlan, plan_from_registry
+from polyspec.registry import open_registry
+from polyspec.registry.fleet_inputs import drafts_of, plan_verifier
+from polyspec.registry.fleet_plan import (
+    ENGINE_GIB, FleetPlan, PlanEntry, available_gib, check_against, check_engines, read_plan,
+)
+
+# Launch knobs of a planned engine (the demo's and the speed bench's: small, so engines fit beside each other).
+PLAN_LAUNCH = {"max_model_len": 2048, "kv_cache_gib": 1}
+
+
+def replica_names(entry: PlanEntry) -> list[str]:
+    return [entry.name if i == 0 else f"{entry.name}-{i + 1}" for i in range(entry.replicas)]
+
+
+def checked_plan(path: Path, registry: Any, *, memory_gib: float | None = None,
+                 engine_gib: float = ENGINE_GIB) -> FleetPlan:
+    """The plan in ``path``, refused (PlanError, NotFound) unless it fits this registry and this machine."""
+    plan = read_plan(path)
+    check_engines(plan.engines_used, available_gib() if memory_gib is None else memory_gib, engine_gib)
+    with registry.session() as s:
+        verifier = plan_verifier(s, None, get_settings().default_verifier)
+        check_against(plan, verifier, drafts_of(s, verifier), path=path)
+    return plan
+
+
+def apply_plan(registry: Any, plan: FleetPlan, launch: dict[str, Any] | None = None) -> list[str]:
+    """Make the plan's entries active deployments (one transaction); returns their names."""
+    from polyspec.registry import deployments
+    from polyspec.registry.store import draft_row
+
+    knobs = dict(PLAN_LAUNCH if launch is None else launch)
+    names: list[str] = []
+    current = {d.name: d for d in registry.active_deployments()}
+    with registry.session(write=True) as s:
+        for entry in plan.entries:
+            for name in replica_names(entry):
+                names.append(name)
+                have = current.get(name)
+                wanted_k = entry.k or None
+                if have is not None and have.draft == entry.draft and (have.launch or {}).get("k") == wanted_k \
+                        and have.is_default == (entry.default and name == entry.name):
+                    continue
+                if have is not None:
+                    deployments.undeploy(s, name)
+                row = draft_row(s, entry.draft) if entry.draft else None
+                deployments.deploy(s, row, name=name, languages=entry.languages or None,
+                                   default=entry.default and name == entry.name,
+                                   launch={**knobs, **({"k": entry.k} if entry.k else {})}, verifier=plan.verifier)
+    return names
+
+
+def plan_up_from_file(path: Path, *, host: str | None, port: int | None, registry_url: str | None,
+                      base_port: int = DEFAULT_BASE_PORT, memory_gib: float | None = None) -> UpPlan:
+    """What `polyspec up --plan` runs: the plan's deployments, launched here, and the router over the registry."""
+    registry = open_registry(registry_url)
+    try:
+        plan = checked_plan(path, registry, memory_gib=memory_gib)
+        names = set(apply_plan(registry, plan))
+        router_host, router_port = host or "127.0.0.1", port or 8000
+        chosen = [d for d in registry.active_deployments() if d.name in names]
+        members = plan_from_registry(chosen, base_port=base_port, reserved=[router_port])
+    except BaseException:
+        registry.close()
+        raise
+    return UpPlan(members, None, registry, router_host, router_port, registry_url)

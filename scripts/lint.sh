@@ -32,7 +32,7 @@ root = Path.cwd().resolve()
 mapping = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
 top = stage / "polyspec"
 top.mkdir()
-# The root package's own folder holds modules (cli.py, demo.py, __init__.py): link them one by one, so the
+# The root package's own folder holds modules and packages (cli.py, adapt/, ...): link them one by one, so the
 # mapped subpackages can sit beside them in the staging folder.
 for entry in (root / mapping["polyspec"]).iterdir():
     if entry.name != "__pycache__" and (entry.suffix == ".py" or entry.is_dir()):
@@ -47,8 +47,8 @@ for name, folder in mapping.items():
     link.parent.mkdir(parents=True, exist_ok=True)
     link.symlink_to(os.path.relpath(root / folder, link.parent))
 EOF
-# lint-imports puts its working directory first on sys.path, and the checkout's own polyspec/ folder (cli.py,
-# demo.py only) would shadow the staged one: so it runs from inside the staging tree. No cache: it would key
+# lint-imports puts its working directory first on sys.path, and the checkout's own polyspec/ folder (the app
+# layer only) would shadow the staged one: so it runs from inside the staging tree. No cache: it would key
 # on the staging paths, and the whole graph takes well under a second anyway.
 (cd "$STAGE" && PYTHONPATH=. "$VENV_BIN/lint-imports" --no-cache --no-logo ../../pyproject.toml) || status=1
 exit $status

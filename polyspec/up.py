@@ -13,13 +13,17 @@ import typer
 
 from polyspec.adapt.cli import AdaptLoop, parse_every
 from polyspec.core.settings import get_settings
-from polyspec.fleet.plan import plan_up
+from polyspec.fleet.from_plan import plan_up_from_file
+from polyspec.fleet.plan import FleetError, plan_up
 from polyspec.fleet.run import run_up
 
 
 def up(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="Fleet YAML (verifier, engines, router); "
                                           "default: the registry's active deployments.", dir_okay=False),
+    plan_file: Optional[Path] = typer.Option(None, "--plan", help="A plan (`polyspec deploy plan --engines N "
+                                             "--write FILE`): serve exactly its fleet; checked against the registry "
+                                             "and the memory available before anything starts.", dir_okay=False),
     host: Optional[str] = typer.Option(None, help="Router listen address (default 127.0.0.1 or the YAML's)."),
     port: Optional[int] = typer.Option(None, help="Router port (default 8000 or the YAML's)."),
     registry: Optional[str] = typer.Option(None, "--registry", help="Registry URL (default: POLYSPEC_REGISTRY_URL)."),
@@ -31,11 +35,17 @@ def up(
     adapt_every: Optional[str] = typer.Option(None, "--adapt-every", help="Also run `polyspec adapt --every "
                                               "DURATION` (30m, 2h, ...) beside the router, stopped with the fleet."),
 ) -> None:
-    """Start one vLLM engine per active deployment (or per --config entry), then the router. Ctrl-C stops all."""
+    """Start one vLLM engine per active deployment (or per --config entry, or per engine of a --plan), then the
+    router. Ctrl-C stops all."""
     logs = get_settings().home / "logs"
     loop = AdaptLoop(parse_every(adapt_every), registry, logs / "adapt.log") if adapt_every else None
     try:
-        plan = plan_up(config, host=host, port=port, registry_url=registry, base_port=base_port)
+        if plan_file is not None and config is not None:
+            raise FleetError("--plan and --config each say which engines to run: give one")
+        if plan_file is not None:
+            plan = plan_up_from_file(plan_file, host=host, port=port, registry_url=registry, base_port=base_port)
+        else:
+            plan = plan_up(config, host=host, port=port, registry_url=registry, base_port=base_port)
         run_up(plan, logs_dir=logs, ready_timeout=ready_timeout, log_level=log_level, calibrate=calibrate,
                on_ready=loop.start if loop else None)
     except KeyboardInterrupt:

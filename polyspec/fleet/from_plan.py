@@ -14,11 +14,12 @@ from typing import Any
 
 from polyspec.core.settings import get_settings
 from polyspec.fleet.plan import DEFAULT_BASE_PORT, UpPlan, plan_from_registry
-from polyspec.registry import open_registry
+from polyspec.registry import deployments, open_registry
 from polyspec.registry.fleet_inputs import drafts_of, plan_verifier
 from polyspec.registry.fleet_plan import (
     ENGINE_GIB, FleetPlan, PlanEntry, available_gib, check_against, check_engines, read_plan,
 )
+from polyspec.registry.store import draft_row
 
 # Launch knobs of a planned engine (the demo's and the speed bench's: small, so engines fit beside each other).
 PLAN_LAUNCH = {"max_model_len": 2048, "kv_cache_gib": 1}
@@ -41,9 +42,6 @@ def checked_plan(path: Path, registry: Any, *, memory_gib: float | None = None,
 
 def apply_plan(registry: Any, plan: FleetPlan, launch: dict[str, Any] | None = None) -> list[str]:
     """Make the plan's entries active deployments (one transaction); returns their names."""
-    from polyspec.registry import deployments
-    from polyspec.registry.store import draft_row
-
     knobs = dict(PLAN_LAUNCH if launch is None else launch)
     names: list[str] = []
     current = {d.name: d for d in registry.active_deployments()}

@@ -1,5 +1,5 @@
 """`polyspec deploy k8s`: Kubernetes manifests for the registry's active deployments (or, with --example,
-for the shipped drafts). Mounted on the `deploy` group of polyspec.registry.cli_plan: the command joins the
+for the shipped drafts; with --plan, for a fleet plan's deployments and replicas). Mounted on the `deploy` group of polyspec.registry.cli_plan: the command joins the
 registry with models (the engine command line) and the router's settings, so it lives in the app layer."""
 
 from __future__ import annotations
@@ -13,8 +13,11 @@ from sqlalchemy.engine import make_url
 
 from polyspec.core.errors import InvalidInput
 from polyspec.core.settings import get_settings
+from polyspec.fleet.from_plan import checked_plan
 from polyspec.k8s.settings import load_values, settings_table as table
-from polyspec.k8s.sources import check_out, notes, render, targets_from_registry, targets_from_shipped, write
+from polyspec.k8s.sources import (
+    check_out, notes, render, targets_from_plan, targets_from_registry, targets_from_shipped, write,
+)
 from polyspec.registry import open_registry
 from polyspec.registry.cli_plan import app as deploy
 
@@ -26,6 +29,9 @@ def k8s(
     values: Optional[Path] = typer.Option(None, "--values", "-f", help="YAML file overriding the settings "
                                           "(`--show-values` prints the defaults)."),
     registry: Optional[str] = typer.Option(None, "--registry", help="Registry URL (default: POLYSPEC_REGISTRY_URL)."),
+    plan_file: Optional[Path] = typer.Option(None, "--plan", dir_okay=False, help="Render the fleet of a plan "
+                                             "(`polyspec deploy plan --engines N --write FILE`): its deployments, "
+                                             "each with its replicas; checked against the registry first."),
     postgres: bool = typer.Option(False, "--postgres", help="Trials: also render a Postgres StatefulSet and the "
                                   "registry Secret pointing at it (the values' registry.postgres)."),
     show_values: bool = typer.Option(False, "--show-values", help="Print the settings in force as YAML and exit."),
@@ -50,14 +56,21 @@ def k8s(
     check_out(out)
     if example and registry:
         raise InvalidInput("--example renders the shipped drafts without a registry; drop --registry or --example")
+    plan = None
+    if example and plan_file:
+        raise InvalidInput("--example renders the shipped drafts, --plan a plan's fleet: give one")
     if example:
         targets = targets_from_shipped()
+    elif plan_file is not None:
+        with open_registry(registry, create=False) as reg:
+            plan = checked_plan(plan_file, reg, memory=False)  # the cluster's memory is not this machine's
+            targets = targets_from_plan(reg, plan)
     else:
         # named in the 'no deployments' message: without its password
         where = make_url(registry or get_settings().resolved_registry_url).render_as_string(hide_password=True)
         with open_registry(registry, create=False) as reg:
             targets = targets_from_registry(reg, where)
-    paths = write(out, render(targets, settings), notes(targets, settings))
+    paths = write(out, render(targets, settings, plan), notes(targets, settings))
     for path in paths:
         typer.echo(str(path))
     typer.echo(f"{len(targets)} engine deployment(s); apply with `kubectl apply -f {out}`, then read "

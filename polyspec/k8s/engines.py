@@ -85,6 +85,7 @@ class EngineTarget:
     max_model_len: int | None = None
     served_model_name: str | None = None
     extra_args: list[str] = field(default_factory=list)
+    replicas: int | None = None  # pods of this deployment (a plan's replicas); None: the settings' engine.replicas
 
 
 def dns_label(name: str, *, room: int = 63) -> str:
@@ -213,7 +214,7 @@ def engine_manifests(target: EngineTarget, name: str, settings: K8sSettings) -> 
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta(settings, name, "engine", annotations=notes),
         "spec": {
-            "replicas": eng.replicas,
+            "replicas": target.replicas or eng.replicas,
             "selector": {"matchLabels": selector(settings, "engine", **{"polyspec.io/engine": name})},
             "template": {"metadata": {"labels": pod_labels,
                                       "annotations": {**notes, "polyspec.io/artifacts-sha256": digest}},

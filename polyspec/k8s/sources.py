@@ -19,6 +19,7 @@ from polyspec.core.settings import get_settings
 from polyspec.k8s.engines import (
     Artifact, EngineTarget, K8sError, engine_manifests, engine_names, engine_url, fetch_configmap,
 )
+from polyspec.k8s.grafana import dashboard_configmap
 from polyspec.k8s.router import ingress, registry_manifests, router_manifests, router_name, service_monitor
 from polyspec.k8s.settings import K8sSettings
 from polyspec.models.shipped import MANIFEST, best_for_language, checkout_drafts
@@ -63,6 +64,23 @@ def targets_from_registry(reg: Any, where: str) -> list[EngineTarget]:
     return targets
 
 
+def targets_from_plan(reg: Any, plan: Any) -> list[EngineTarget]:
+    """One target per entry of a plan (registry.fleet_plan.FleetPlan, already checked against ``reg``), with its
+    k and its replicas as the Deployment's pods."""
+    rec = reg.get_verifier(plan.verifier)
+    verifier = Artifact(_verifier_key(rec.name), dict(rec.checksums))
+    targets = []
+    for entry in plan.entries:
+        draft = None
+        if entry.draft:
+            d = reg.get_draft(entry.draft)
+            draft = Artifact(f"drafts/{d.name}@{d.version}", dict(d.checksums))
+        targets.append(EngineTarget(
+            deployment=entry.name, verifier=verifier, draft=draft, draft_ref=entry.draft, k=entry.k or 3,
+            languages=list(entry.languages), is_default=entry.default, replicas=entry.replicas))
+    return targets
+
+
 def targets_from_shipped(manifest: Path | None = None) -> list[EngineTarget]:
     """The example: one target per draft of models/drafts/manifest.json (weights not needed, only their
     sha256), the verifier's sha256 from its prepared copy (`polyspec models prepare`)."""
@@ -85,8 +103,9 @@ def targets_from_shipped(manifest: Path | None = None) -> list[EngineTarget]:
     return targets
 
 
-def render(targets: list[EngineTarget], settings: K8sSettings) -> dict[str, list[dict[str, Any]]]:
-    """File name -> the manifests it holds, for every part of the installation."""
+def render(targets: list[EngineTarget], settings: K8sSettings, plan: Any = None) -> dict[str, list[dict[str, Any]]]:
+    """File name -> the manifests it holds, for every part of the installation (``plan``: the fleet plan the
+    targets come from, shown on the Grafana dashboard)."""
     names = engine_names(targets, settings)
     files: dict[str, list[dict[str, Any]]] = {
         "00-namespace.yaml": [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": settings.namespace}}],
@@ -96,8 +115,8 @@ def render(targets: list[EngineTarget], settings: K8sSettings) -> dict[str, list
     for target in targets:
         files["20-engines.yaml"] += engine_manifests(target, names[target.deployment], settings)
     files["30-router.yaml"] = router_manifests(settings)
-    if settings.monitoring.service_monitor:
-        files["40-monitoring.yaml"] = [service_monitor(settings)]
+    files["40-monitoring.yaml"] = [service_monitor(settings)] if settings.monitoring.service_monitor else []
+    files["40-monitoring.yaml"].append(dashboard_configmap(settings, plan))
     if settings.dashboard.ingress_host:
         files["50-dashboard.yaml"] = [ingress(settings)]
     return files

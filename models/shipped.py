@@ -15,6 +15,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from polyspec.core.errors import IntegrityError, InvalidInput, NotFoundError
@@ -198,9 +199,44 @@ def find_draft(name: str, *, home: str | Path | None = None, manifest: Path = MA
                         f"install it with `{pull_command(name)}`")
 
 
-def shipped_for_language(verifier: str, language: str, home: str | Path | None = None) -> ShippedDraft | None:
-    """The available draft made for ``language`` (its first language), if any."""
-    for draft in shipped_drafts(verifier, home=home):
-        if draft.languages and draft.languages[0] == language:
-            return draft
-    return None
+def measured_acceptance(evaluations: Iterable[Mapping[str, Any]], language: str,
+                        benchmark: str | None = None) -> float | None:
+    """The best mean acceptance length over all answers recorded for ``language`` (on ``benchmark`` when
+    given), or None when there is no such measurement. Rows are manifest or registry evaluations."""
+    found = [float(e["mean_acceptance_length"]) for e in evaluations
+             if e.get("language") == language and (e.get("subset") or "all") == "all"
+             and (benchmark is None or e.get("benchmark") == benchmark)]
+    return max(found) if found else None
+
+
+def common_benchmark(evaluation_lists: Iterable[Iterable[Mapping[str, Any]]], language: str) -> str | None:
+    """The benchmark on which most of the given drafts were measured on ``language`` (ties: by name), so that
+    drafts are compared on the same prompts where they can be."""
+    counts: dict[str, int] = {}
+    for evaluations in evaluation_lists:
+        for name in {e.get("benchmark") for e in evaluations if e.get("language") == language}:
+            if name:
+                counts[name] = counts.get(name, 0) + 1
+    return min(counts, key=lambda b: (-counts[b], b)) if counts else None
+
+
+def best_for_language(drafts: Iterable[ShippedDraft], language: str, *,
+                      specialist: bool = False) -> ShippedDraft | None:
+    """Of the drafts made for ``language`` (it is among their ``languages``), the one with the highest measured
+    acceptance on it, on the benchmark most of them share; unmeasured ones come after measured ones, and
+    among equals a draft for fewer languages first. ``specialist``: only drafts made for that language alone."""
+    made_for = [d for d in drafts if language in d.languages and (not specialist or set(d.languages) == {language})]
+    bench = common_benchmark((d.evaluations for d in made_for), language)
+
+    def rank(item: tuple[int, ShippedDraft]) -> tuple[bool, float, int, int]:
+        i, draft = item
+        mal = measured_acceptance(draft.evaluations, language, bench)
+        return (mal is None, -(mal or 0.0), len(draft.languages), i)
+
+    return min(enumerate(made_for), key=rank)[1] if made_for else None
+
+
+def shipped_for_language(verifier: str, language: str, home: str | Path | None = None, *,
+                         specialist: bool = False) -> ShippedDraft | None:
+    """The available draft that serves ``language`` best (:func:`best_for_language`), if any."""
+    return best_for_language(shipped_drafts(verifier, home=home), language, specialist=specialist)

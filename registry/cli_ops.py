@@ -87,26 +87,41 @@ def show_language(code: str, verifier: Optional[str] = typer.Option(None, "--ver
 
 @app.command("add-language")
 def add_language(lang: str = typer.Argument(..., metavar="LANG", help="ISO 639-1 or 639-3 code (fr, fra)."),
-                 prompts: Path = typer.Option(..., "--prompts", help="JSONL (prompt/turns/messages) or one prompt "
-                                              "per line."),
+                 prompts: Optional[Path] = typer.Option(None, "--prompts", help="The language's prompts (JSONL: "
+                                                        "prompt/turns/messages, or one per line), recorded for "
+                                                        "`polyspec train --plan`; coverage uses them when no sample "
+                                                        "of the language is bundled."),
                  verifier: Optional[str] = VerifierOpt,
-                 threshold: Optional[float] = typer.Option(None, help="Coverage below which a Latin-script "
-                                                           "language still gets its own vocabulary."),
+                 threshold: Optional[float] = typer.Option(None, help="Coverage below which a language gets a "
+                                                           "specialist with its own vocabulary (0-1)."),
+                 shipped: bool = typer.Option(True, "--shipped/--no-shipped", help="Also weigh the shipped drafts "
+                                              "that are not in the registry."),
                  as_json: bool = JsonOpt) -> None:
-    """Profile a language: script, draft-vocabulary coverage and the training plan."""
+    """Which existing draft covers a language (measured or predicted acceptance, vocabulary coverage, script),
+    and the plan: extend the multilingual draft, fine-tune, or train a specialist from scratch."""
     from polyspec.registry.profiles import DEFAULT_COVERAGE_THRESHOLD
 
-    opts = {"threshold": threshold if threshold is not None else DEFAULT_COVERAGE_THRESHOLD}
+    opts = {"threshold": threshold if threshold is not None else DEFAULT_COVERAGE_THRESHOLD, "shipped": shipped}
     reg = _reg()
     if as_json:
-        p = reg.add_language(lang, prompts, verifier, **opts)
-        return _dump(p)
+        return _dump(reg.add_language(lang, prompts, verifier, **opts))
     from rich.console import Console
 
-    with Console(stderr=True).status(f"profiling {lang}: script and vocabulary coverage..."):
+    with Console(stderr=True).status(f"profiling {lang}: script, vocabulary coverage, acceptance..."):
         p = reg.add_language(lang, prompts, verifier, **opts)
-    typer.echo(f"{p.language} ({p.name}): {p.script} script, coverage {p.coverage:.1%} against "
-               f"{p.coverage_reference} ({p.num_prompts} prompts)")
+    typer.echo(f"{p.language} ({p.name}): {p.script} script{'' if p.is_latin else ' (not Latin)'}, measured on "
+               f"the {p.text or 'prompts'}")
+    if p.fits:
+        _table(f"drafts of {p.verifier} on {p.language}", ["draft", "made for", "covers script", "coverage",
+                                                          "mean acc. len.", "basis"],
+               [[f["draft"], ",".join(f["languages"]) if len(f["languages"]) <= 3 else f"{len(f['languages'])} languages",
+                 "yes" if f["covers_script"] else "no", f"{f['coverage']:.1%}",
+                 "-" if f["acceptance"] is None else f"{f['acceptance']:.2f}",
+                 f["basis"] + (f" (from {f['reference']})" if f["basis"] == "predicted" else "")] for f in p.fits])
+        acc = "no figure" if p.acceptance is None else f"{p.acceptance_basis} mean acceptance length {p.acceptance:.2f}"
+        typer.echo(f"covered best by: {p.draft} ({acc}, coverage {p.coverage:.1%})")
+    else:
+        typer.echo(f"no draft for {p.verifier} yet: coverage {p.coverage:.1%} against {p.coverage_reference}")
     typer.echo(f"plan: {p.plan} -- {p.reason}")
 
 

@@ -6,7 +6,7 @@ from polyspec.core.errors import ConflictError, InvalidInput, NotFoundError, Pol
 from polyspec.core.languages import UnknownLanguage
 from polyspec.core.prompts import PromptsError
 
-__all__ = ["AlreadyExists", "ImportFailed", "InvalidDraft", "InvalidEvaluation", "NotFound", "PromotionRefused",
+__all__ = ["AlreadyExists", "ImportFailed", "InvalidDraft", "InvalidEvaluation", "InvalidProfile", "NotFound", "PromotionRefused",
            "PromptsError", "RegistryError", "RegistryMissing", "UnknownLanguage"]
 
 
@@ -33,6 +33,10 @@ class InvalidDraft(RegistryError, InvalidInput):
 
 class InvalidEvaluation(RegistryError, InvalidInput):
     """An evaluation whose figures do not add up (acceptance length, k, method)."""
+
+
+class InvalidProfile(RegistryError, InvalidInput):
+    """An add-language option out of range (e.g. a coverage threshold outside [0, 1])."""
 
 
 class PromotionRefused(RegistryError):

@@ -149,11 +149,16 @@ class LanguageProfileRecord(Record):
     verifier: str | None
     script: str
     is_latin: bool
-    coverage: float
+    coverage: float  # of the recommended draft's vocabulary (else the best vocabulary's)
     coverage_reference: str
     coverage_by_vocab: dict[str, float] = Field(default_factory=dict)
-    plan: str
+    plan: str  # extend-multilingual | finetune | from-scratch-custom-vocab
     reason: str
+    draft: str | None = None  # the draft that covers the language best ("name@version" or a shipped name)
+    acceptance: float | None = None  # its mean acceptance length on the language
+    acceptance_basis: str | None = None  # measured | predicted | predicted-unseen-script | none
+    fits: list[dict[str, Any]] = Field(default_factory=list)  # every draft: coverage, acceptance, basis, ...
+    text: str | None = None  # what coverage was measured on: "bundled sample" or "prompts"
     prompts_file: str | None = None
     num_prompts: int = 0
     updated_at: dt.datetime | None = None
@@ -161,12 +166,15 @@ class LanguageProfileRecord(Record):
     @classmethod
     def of(cls, row: schema.LanguageProfile, verifier_name: str | None) -> LanguageProfileRecord:
         cov = {str(k): float(v) for k, v in (row.coverage or {}).items()}
-        ref, best = max(cov.items(), key=lambda kv: kv[1]) if cov else ("none", 0.0)
+        best = max(cov.items(), key=lambda kv: kv[1]) if cov else ("none", 0.0)
+        ref, share = (row.draft, cov[row.draft]) if row.draft in cov else best
+        details = dict(row.details or {})
         return cls(
             language=row.code, name=row.name, verifier=verifier_name, script=row.script,
-            is_latin=bool(row.is_latin), coverage=best, coverage_reference=ref, coverage_by_vocab=cov,
-            plan=row.plan, reason=row.reason, prompts_file=row.prompts_file, num_prompts=row.num_prompts,
-            updated_at=row.updated_at,
+            is_latin=bool(row.is_latin), coverage=share, coverage_reference=ref, coverage_by_vocab=cov,
+            plan=row.plan, reason=row.reason, draft=row.draft, acceptance=row.acceptance,
+            acceptance_basis=row.acceptance_basis, fits=list(details.get("fits") or []), text=details.get("text"),
+            prompts_file=row.prompts_file, num_prompts=row.num_prompts, updated_at=row.updated_at,
         )
 
 

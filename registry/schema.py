@@ -113,8 +113,14 @@ class LanguageProfile(Base):
     script: Mapped[str] = mapped_column(String(50))
     is_latin: Mapped[int] = mapped_column(Integer)
     coverage: Mapped[dict[str, Any]] = mapped_column(default=dict)  # draft name (or "en-topN") -> fraction
-    plan: Mapped[str] = mapped_column(String(40))  # finetune | from-scratch-custom-vocab
+    plan: Mapped[str] = mapped_column(String(40))  # extend-multilingual | finetune | from-scratch-custom-vocab
     reason: Mapped[str] = mapped_column(Text)
+    # The draft that covers the language best ("name@version", or a shipped draft's name) and its mean
+    # acceptance length there, measured or predicted (registry.covering); None: no draft for the verifier.
+    draft: Mapped[str | None] = mapped_column(String(250), nullable=True)
+    acceptance: Mapped[float | None] = mapped_column(Float, nullable=True)
+    acceptance_basis: Mapped[str | None] = mapped_column(String(30), nullable=True)
+    details: Mapped[dict[str, Any]] = mapped_column(default=dict)  # every draft's fit, the text measured
     prompts_file: Mapped[str | None] = mapped_column(Text, nullable=True)
     num_prompts: Mapped[int] = mapped_column(Integer, default=0)
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)

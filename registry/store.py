@@ -364,7 +364,7 @@ class Registry:
             return planning.open_recommendations(s, kind)
 
     def add_language(
-        self, code: str, prompts_file: str | Path, verifier: str | None = None, **options: Any
+        self, code: str, prompts_file: str | Path | None = None, verifier: str | None = None, **options: Any
     ) -> LanguageProfileRecord:
         return profiles.add_language(self, code, prompts_file, verifier, **options)
 

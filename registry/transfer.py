@@ -28,6 +28,7 @@ _EVAL_COLS = ("benchmark", "language", "domain", "k", "acceptance", "mean_accept
 _EVAL_DEFAULTS = {"subset": "all", "degenerate_share": None}  # exports written before migration 0002 lack them
 _DEPLOY_COLS = ("name", "url", "launch", "languages", "domain", "is_default", "status")
 _PROFILE_COLS = ("code", "name", "script", "is_latin", "coverage", "plan", "reason", "prompts_file", "num_prompts")
+_PROFILE_LATER = {"draft": None, "acceptance": None, "acceptance_basis": None, "details": {}}  # absent in old exports
 _LIVE_COLS = ("router_id", "language", "domain", "draft_name", "requests", "completion_tokens", "num_spec_steps",
               "num_draft_tokens", "num_accepted_tokens", "accepted_per_pos", "generation_s")
 _LIVE_DEFAULTS = {"generation_s": 0.0}  # exports written before migration 0003 lack it
@@ -63,7 +64,7 @@ def export_all(s: Session) -> dict[str, Any]:
                         for e in s.scalars(select(Evaluation).order_by(Evaluation.id))],
         "deployments": [{**_cols(d, _DEPLOY_COLS), "draft": _ref(d.draft), "verifier": vnames.get(d.verifier_id),
                          "created_at": _iso(d.created_at)} for d in s.scalars(select(Deployment).order_by(Deployment.id))],
-        "language_profiles": [{**_cols(p, _PROFILE_COLS), "verifier": vnames.get(p.verifier_id),
+        "language_profiles": [{**_cols(p, (*_PROFILE_COLS, *_PROFILE_LATER)), "verifier": vnames.get(p.verifier_id),
                                "updated_at": _iso(p.updated_at)}
                               for p in s.scalars(select(LanguageProfile).order_by(LanguageProfile.id))],
         "live_stats": [{**_cols(x, _LIVE_COLS), "updated_at": _iso(x.updated_at)}
@@ -176,7 +177,8 @@ def _import_profiles(s: Session, items: list[dict[str, Any]], verifiers: dict[st
         vid = verifier.id if verifier else None
         if (item["code"], vid) in have:
             continue
-        s.add(LanguageProfile(**{c: item[c] for c in _PROFILE_COLS}, verifier_id=vid,
+        s.add(LanguageProfile(**{c: item[c] for c in _PROFILE_COLS},
+                              **{c: item.get(c, default) for c, default in _PROFILE_LATER.items()}, verifier_id=vid,
                               updated_at=_time(item.get("updated_at"))))
         have.add((item["code"], vid))
         n += 1

@@ -73,7 +73,7 @@ def engine_processes(verifier, tmp_path_factory):
     running: dict[str, VllmEngine] = {}
     try:
         for lang in ("en", "fr"):
-            spec = EngineSpec(verifier=verifier.path, draft=shipped_for_language(verifier.name, lang).path,
+            spec = EngineSpec(verifier=verifier.path, draft=shipped_for_language(verifier.name, lang, specialist=True).path,
                               served_model_name=SHARED_SERVED_NAME, cpu_bind="nobind", threads=1, kv_cache_gib=1,
                               max_model_len=1024)
             running[lang] = VllmEngine(spec, root / f"{lang}.log").start()

@@ -26,7 +26,7 @@ MAPPED = {"polyspec": "polyspec", "core": "polyspec/core", "models": "polyspec/m
 DATA_FILES = [
     "polyspec/router/admin/static/admin.css", "polyspec/router/admin/static/admin.js",
     "polyspec/router/admin/templates/dashboard.html", "polyspec/registry/migrations/script.py.mako",
-    "polyspec/models/data/en_token_freq.json",
+    "polyspec/models/data/en_token_freq.json", "polyspec/registry/data/pt.jsonl", "polyspec/registry/data/th.jsonl",
 ]
 
 

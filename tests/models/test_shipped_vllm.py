@@ -61,8 +61,8 @@ def _draft_vocab(path) -> set[int]:
 
 @pytest.fixture(scope="module")
 def drafts(verifier):
-    ru = shipped_for_language(verifier.name, "ru")
-    en = shipped_for_language(verifier.name, "en")
+    ru = shipped_for_language(verifier.name, "ru", specialist=True)  # the Russian from-scratch draft
+    en = shipped_for_language(verifier.name, "en", specialist=True)
     assert ru is not None and en is not None, "the shipped ru and en drafts are listed in models/drafts/manifest.json"
     ru.verify()
     return ru, en

@@ -39,6 +39,23 @@ def draft_copy(base_draft_dir: Path, tmp_path: Path) -> Path:
     return dst
 
 
+def write_at_revision(url: str, revision: str, *statements: str) -> None:
+    """Take the registry at ``url`` back to migration ``revision`` and run ``statements`` there, as a registry of
+    that version would have written rows; the next open_registry upgrades it to head."""
+    from alembic import command
+    from sqlalchemy import create_engine, text
+
+    from polyspec.registry import db
+
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        command.downgrade(db.alembic_config(conn), revision)
+    with engine.begin() as conn:
+        for statement in statements:
+            conn.execute(text(statement))
+    engine.dispose()
+
+
 def snapshot(registry) -> dict[str, Any]:
     """Everything the registry holds, for "nothing was written" assertions."""
     data = registry.export_json()

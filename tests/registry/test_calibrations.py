@@ -7,9 +7,9 @@ import math
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
 
 from polyspec.registry import NotFound, RegistryError
+from tests.registry.conftest import write_at_revision
 
 POINTS = [{"batch_size": 1, "step_s": 0.08, "tokens_per_s": 27.5, "requests": 4, "details": {"max_tokens": 64}},
           {"batch_size": 4, "step_s": 0.12, "tokens_per_s": 18.0, "requests": 8}]
@@ -116,21 +116,14 @@ def test_live_generation_time_adds_up_and_bad_values_are_refused(reg, deployed) 
 
 
 def test_migration_0003_keeps_live_rows_with_no_time(tmp_path: Path) -> None:
-    from alembic import command
-
-    from polyspec.registry import db, open_registry
+    from polyspec.registry import open_registry
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
     open_registry(url).close()
-    engine = create_engine(url)
-    with engine.begin() as conn:
-        command.downgrade(db.alembic_config(conn), "0002")
-    with engine.begin() as conn:
-        conn.execute(text(
-            "INSERT INTO live_stats (router_id, language, domain, draft_name, requests, completion_tokens,"
-            " num_spec_steps, num_draft_tokens, num_accepted_tokens, accepted_per_pos, updated_at)"
-            " VALUES ('r', 'fr', 'general', 'none', 3, 90, 0, 0, 0, '[]', '2026-01-01 00:00:00')"))
-    engine.dispose()
+    write_at_revision(url, "0002", (
+        "INSERT INTO live_stats (router_id, language, domain, draft_name, requests, completion_tokens,"
+        " num_spec_steps, num_draft_tokens, num_accepted_tokens, accepted_per_pos, updated_at)"
+        " VALUES ('r', 'fr', 'general', 'none', 3, 90, 0, 0, 0, '[]', '2026-01-01 00:00:00')"))
     with open_registry(url) as reg:
         [row] = reg.live_stats()
         assert (row.requests, row.generation_s, row.counts.tokens_per_second) == (3, 0.0, None)

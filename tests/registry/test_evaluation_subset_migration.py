@@ -4,27 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import create_engine, text
+from tests.registry.conftest import write_at_revision
 
 
 def test_existing_evaluations_become_subset_all(tmp_path: Path, base_draft_dir: Path, verifier) -> None:
-    from alembic import command
-
-    from polyspec.registry import db, open_registry
+    from polyspec.registry import open_registry
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
     with open_registry(url) as reg:  # build at head, go back to 0001 and write a row the old way
         reg.add_verifier(verifier)
         reg.import_draft(base_draft_dir, verifier=verifier.name, name="en-base", languages=["en"])
-    engine = create_engine(url)
-    with engine.begin() as conn:
-        command.downgrade(db.alembic_config(conn), "0001")
-    with engine.begin() as conn:
-        conn.execute(text(
-            "INSERT INTO evaluations (draft_id, benchmark, language, domain, k, acceptance, mean_acceptance_length,"
-            " num_prompts, num_tokens, method, details, created_at) VALUES (1, 'mtbench', 'en', 'general', 1,"
-            " '[0.5]', 1.5, 10, 100, 'offline', '{}', '2026-01-01 00:00:00')"))
-    engine.dispose()
+    write_at_revision(url, "0001", (
+        "INSERT INTO evaluations (draft_id, benchmark, language, domain, k, acceptance, mean_acceptance_length,"
+        " num_prompts, num_tokens, method, details, created_at) VALUES (1, 'mtbench', 'en', 'general', 1,"
+        " '[0.5]', 1.5, 10, 100, 'offline', '{}', '2026-01-01 00:00:00')"))
     with open_registry(url) as reg:  # opening upgrades to head
         [ev] = reg.evaluations()
         assert (ev.subset, ev.degenerate_share, ev.mean_acceptance_length) == ("all", None, 1.5)

@@ -34,6 +34,9 @@ def test_registry_on_postgres(pg_url: str, verifier, base_draft_dir: Path) -> No
     reg.record_live_stats("r2", [{"language": "fr", "draft_name": cand.ref, "requests": 1, "accepted_per_pos": [1]}])
     assert [(s.requests, s.accepted_per_pos) for s in reg.live_stats()] == [(3, [2])]
     assert reg.active_deployments()[0].offline_mal == {"fr": pytest.approx(1.7)}
+    it = reg.add_language("it", verifier=v.name, shipped=False)  # a profile naming its draft, with every fit
+    assert (it.draft, it.acceptance_basis, it.plan) == (cand.ref, "predicted", "finetune")
+    assert [f["draft"] for f in reg.get_language("it").fits] == [cand.ref, base.ref]
     data = reg.export_json()
     assert set(reg.import_json(data).values()) == {0}
     reg.close()

@@ -8,7 +8,8 @@
 Every evaluation recorded for a draft becomes one record of the contract in docs/results.md:
 {"draft", "role", "target_language", "language", "k", "positions", "mean_acceptance_length",
 "n_prompts", "method", "subset", "degenerate_share", "shipped"} (live router figures are left out: they are not a
-benchmark). ``subset`` is "all" or "non_degenerate" (answers without repetition loops, `polyspec eval`).
+benchmark). ``target_language`` is for display: the one language a draft is made for alone, None for a draft
+made for several (which languages a draft is for is the registry's ``languages``). ``subset`` is "all" or "non_degenerate" (answers without repetition loops, `polyspec eval`).
 """
 
 from __future__ import annotations
@@ -66,8 +67,8 @@ def records_from_registry(reg: Any) -> list[dict[str, Any]]:
             out.append({
                 "draft": draft.ref,
                 "role": draft_role(draft),
-                # the language the draft is shipped for: a multilingual draft lists it first
-                "target_language": draft.languages[0] if draft.languages else None,
+                # for display: the one language a draft is made for alone; None for a draft made for several
+                "target_language": draft.languages[0] if len(draft.languages) == 1 else None,
                 "language": ev.language,
                 "k": ev.k,
                 "positions": [round(p, 4) for p in ev.acceptance],
@@ -194,6 +195,9 @@ def headline(records: list[dict[str, Any]]) -> str:
     base = next((r["draft"] for r in recs if r["role"] == "base"), None)
     multi = next((r["draft"] for r in recs if r["role"] == "multilingual"), None)
     own = {r["target_language"]: r for r in recs if r["role"] != "base" and r["target_language"]}
+    for r in recs:  # the multilingual draft stands in where no draft ships for that language alone
+        if r["draft"] == multi and r["language"] != "en":
+            own.setdefault(r["language"], r)
 
     def pair(draft: str | None, lang: str) -> str:
         vals = [mal.get((draft, lang, subset)) for subset in ("all", "non_degenerate")]
@@ -237,7 +241,7 @@ def plot(records: list[dict[str, Any]], path: Path) -> None:
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.0 * rows), sharey=True, squeeze=False)
     palette = [c for i, c in enumerate(plt.get_cmap("tab10").colors) if i != 7]  # grey is the base's
     for ax, lang in zip(axes.flat, langs):
-        shown = sorted((r for r in recs if r["language"] == lang and (r["role"] == "base" or r["target_language"] == lang)),
+        shown = sorted((r for r in recs if r["language"] == lang and (r["role"] in ("base", "multilingual") or r["target_language"] == lang)),
                        key=lambda r: (r["role"] != "base", r["draft"]))
         width = 0.8 / max(1, len(shown))
         for j, row in enumerate(shown):

@@ -1,4 +1,6 @@
-"""`polyspec up`: start one vLLM engine per active deployment (or per fleet YAML entry), then the router.
+"""`polyspec up`: start one vLLM engine per active deployment (or per fleet YAML entry, or per engine of a fleet
+plan: polyspec/fleet/from_plan.py), then the router. A registry with no active deployment gets the plan for the
+engines free memory holds.
 
 It lives in the application layer because it joins both sides: engines (polyspec.models) and the router
 (polyspec.router), which must never import the models layer itself.
@@ -13,9 +15,10 @@ import typer
 
 from polyspec.adapt.cli import AdaptLoop, parse_every
 from polyspec.core.settings import get_settings
-from polyspec.fleet.from_plan import plan_up_from_file
+from polyspec.fleet.from_plan import AUTO, plan_up_from_file
 from polyspec.fleet.plan import FleetError, plan_up
 from polyspec.fleet.run import run_up
+from polyspec.registry import open_registry
 
 
 def up(
@@ -23,7 +26,9 @@ def up(
                                           "default: the registry's active deployments.", dir_okay=False),
     plan_file: Optional[Path] = typer.Option(None, "--plan", help="A plan (`polyspec deploy plan --engines N "
                                              "--write FILE`): serve exactly its fleet; checked against the registry "
-                                             "and the memory available before anything starts.", dir_okay=False),
+                                             "and the memory available before anything starts. 'auto': plan for "
+                                             "the engines free memory holds (the default when the registry has no "
+                                             "active deployment).", dir_okay=False),
     host: Optional[str] = typer.Option(None, help="Router listen address (default 127.0.0.1 or the YAML's)."),
     port: Optional[int] = typer.Option(None, help="Router port (default 8000 or the YAML's)."),
     registry: Optional[str] = typer.Option(None, "--registry", help="Registry URL (default: POLYSPEC_REGISTRY_URL)."),
@@ -42,6 +47,9 @@ def up(
     try:
         if plan_file is not None and config is not None:
             raise FleetError("--plan and --config each say which engines to run: give one")
+        if plan_file is None and config is None:
+            with open_registry(registry) as reg:
+                plan_file = None if reg.active_deployments() else Path(AUTO)
         if plan_file is not None:
             plan = plan_up_from_file(plan_file, host=host, port=port, registry_url=registry, base_port=base_port)
         else:

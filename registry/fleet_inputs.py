@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from polyspec.core.languages import UNDETERMINED
+from polyspec.core.languages import MULTILINGUAL, UNDETERMINED
 from polyspec.registry import deployments
 from polyspec.registry.fleet_plan import Cell, FleetPlan, PlanError, cell
 from polyspec.registry.fleet_search import MAX_PLAN_K, Candidate, Inputs, plan_fleet
@@ -91,12 +91,20 @@ def live_traffic(session: Session) -> list[Cell]:
     return [cell(lang, domain, n / total) for (lang, domain), n in sorted(requests.items())]
 
 
-def deployed_languages(session: Session) -> list[Cell]:
-    """Before any traffic: the active deployments' languages, alike (what `polyspec up` plans for then)."""
+def default_traffic(session: Session, verifier: str) -> list[Cell]:
+    """The mix `polyspec up --plan auto` plans for: the live statistics'; before any traffic, the active
+    deployments' languages alike; before any deployment, the active drafts' languages alike."""
+    try:
+        return live_traffic(session)
+    except PlanError:
+        pass
     langs = sorted({lang for d in session.scalars(select(Deployment).where(Deployment.status == "active"))
                     for lang in (d.languages or (d.draft.languages if d.draft is not None else []))})
     if not langs:
-        raise PlanError("no traffic and no deployment to plan for: give the mix with --traffic")
+        langs = sorted({lang for d in drafts_of(session, verifier).values() if d.status == "active"
+                        for lang in d.languages if lang not in (UNDETERMINED, MULTILINGUAL)})
+    if not langs:
+        raise PlanError("nothing to plan for: no live traffic, no deployment and no active draft")
     return [cell(lang, "general", 1 / len(langs)) for lang in langs]
 
 

@@ -109,3 +109,25 @@ def test_a_malformed_plan_file_starts_nothing(reg, drafts, registry_url, tmp_pat
     assert started == [] and reg.active_deployments() == []
     missing = _up(registry_url, "--plan", str(tmp_path / "nope.yaml"))
     assert missing.exit_code == 2 and "not found" in (missing.stderr or missing.output)
+
+
+def test_up_on_an_empty_registry_plans_for_the_memory_it_has(reg, drafts, registry_url, started,  # noqa: F811
+                                                              monkeypatch) -> None:
+    """No --plan and no deployment: the plan for the engines free memory holds (here 8 GiB: two), over the
+    active drafts' languages; `--plan auto` asks for the same. Below one engine's memory nothing starts."""
+    import polyspec.fleet.from_plan as from_plan
+
+    monkeypatch.setattr(from_plan, "available_gib", lambda: 8.0)
+    out = _up(registry_url)
+    assert out.exit_code == 0, out.output
+    assert "Fleet for 2 engine slot(s)" in out.stdout
+    [up] = started
+    assert {m.draft for m in up.members} <= set(drafts.values()) | {None} and 1 <= len(up.members) <= 2
+    assert {d.name for d in reg.active_deployments()} == {m.name for m in up.members}
+    assert _up(registry_url, "--plan", "auto").exit_code == 0
+    monkeypatch.setattr(from_plan, "available_gib", lambda: 2.0)
+    for d in reg.active_deployments():
+        reg.undeploy(d.name)
+    low = _up(registry_url)
+    assert low.exit_code == 2 and "no engine fits in memory" in (low.stderr or low.output)
+    assert len(started) == 2 and reg.active_deployments() == []

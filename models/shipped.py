@@ -65,7 +65,7 @@ class ShippedDraft:
     name: str
     path: Path
     verifier: str
-    languages: list[str]
+    languages: list[str]  # the languages it is made for: a set, their order means nothing (best_for_language)
     role: str  # "base" | "finetuned" | "from-scratch" | "multilingual" | "unknown"
     parent: str | None
     checksums: dict[str, str]

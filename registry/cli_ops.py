@@ -119,7 +119,8 @@ def add_language(lang: str = typer.Argument(..., metavar="LANG", help="ISO 639-1
                  "-" if f["acceptance"] is None else f"{f['acceptance']:.2f}",
                  f["basis"] + (f" (from {f['reference']})" if f["basis"] == "predicted" else "")] for f in p.fits])
         acc = "no figure" if p.acceptance is None else f"{p.acceptance_basis} mean acceptance length {p.acceptance:.2f}"
-        typer.echo(f"covered best by: {p.draft} ({acc}, coverage {p.coverage:.1%})")
+        lead = "covered best by" if p.fits[0]["covers_script"] else f"no draft is made for {p.script} script; best"
+        typer.echo(f"{lead}: {p.draft} ({acc}, coverage {p.coverage:.1%})")
     else:
         typer.echo(f"no draft for {p.verifier} yet: coverage {p.coverage:.1%} against {p.coverage_reference}")
     typer.echo(f"plan: {p.plan} -- {p.reason}")

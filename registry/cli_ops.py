@@ -70,9 +70,12 @@ def list_languages(verifier: Optional[str] = typer.Option(None, "--verifier", "-
     rows = _reg().languages(verifier=verifier)
     if as_json:
         return _dump(rows)
-    _table("language profiles", ["language", "name", "verifier", "script", "coverage", "reference", "plan", "prompts"],
-           [[p.language, p.name, p.verifier, p.script, f"{p.coverage:.1%}", p.coverage_reference, p.plan,
-             p.num_prompts] for p in rows])
+    short = {"measured": "measured", "predicted": "predicted", "predicted-unseen-script": "unseen script"}
+    _table("language profiles", ["language", "name", "verifier", "script", "best draft", "mean acc. len.", "coverage",
+                                 "plan"],
+           [[p.language, p.name, p.verifier, p.script, p.coverage_reference,
+             "-" if p.acceptance is None else f"{p.acceptance:.2f} {short.get(p.acceptance_basis or '', '')}",
+             f"{p.coverage:.1%}", p.plan] for p in rows])
 
 
 @app.command("show-language")

@@ -128,6 +128,8 @@ def test_cli_portuguese_names_the_multilingual_draft(cli, registry_url: str) -> 
     assert "plan: extend-multilingual" in human.stdout
     with open_registry(registry_url) as reg:
         assert [(p.language, p.draft) for p in reg.languages()] == [("pt", "smollm2-135m-instruct-multi")]
+    listed = cli("languages")
+    assert listed.exit_code == 0 and f"{out['acceptance']:.2f} predicted" in listed.stdout
 
 
 def test_cli_measured_acceptance_and_scripts_no_draft_covers(cli) -> None:

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from polyspec.core.errors import IntegrityError, InvalidInput, NotFoundError
+from polyspec.core.languages import UnknownLanguage, normalize_languages
 from polyspec.core.settings import get_settings
 from polyspec.models.checksums import verify_tree
 
@@ -75,13 +76,19 @@ class ShippedDraft:
     @classmethod
     def from_entry(cls, entry: dict[str, Any], path: Path) -> ShippedDraft:
         """A draft from a manifest entry; ``path`` is its directory."""
+        languages = entry.get("languages") or []
+        if not isinstance(languages, list) or not all(isinstance(x, str) for x in languages):
+            raise InvalidInput(f"malformed draft entry for {path}: 'languages' must be a list of language codes, "
+                               f"not {languages!r}")
         try:
             return cls(
                 name=str(entry["name"]), path=path, verifier=str(entry.get("verifier") or "unknown"),
-                languages=[str(x) for x in entry.get("languages") or []], role=str(entry.get("role") or "unknown"),
+                languages=normalize_languages(languages), role=str(entry.get("role") or "unknown"),
                 parent=entry.get("parent"), checksums=dict(entry.get("checksums") or {}),
                 provenance=dict(entry.get("provenance") or {}), evaluations=list(entry.get("evaluations") or []),
             )
+        except UnknownLanguage as exc:
+            raise InvalidInput(f"malformed draft entry for {path}: {exc}") from None
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidInput(f"malformed draft entry for {path}: {exc!r}") from None
 

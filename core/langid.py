@@ -26,7 +26,7 @@ from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from polyspec.core import langid_arabic, langid_script, langid_short, langid_words
+from polyspec.core import langid_arabic, langid_han, langid_script, langid_short, langid_words
 from polyspec.core.languages import UNDETERMINED  # re-exported: callers import it from here
 from polyspec.core.text import WINDOW, head_and_tail
 
@@ -304,6 +304,8 @@ def _vote(cleaned: str, votes: dict[str, float], allowed: LabelSet | None, out: 
     cast = 1  # voters that voted
     against: dict[str, float] = {}  # per language, the part of its votes fastText doubts
     words = langid_words.probabilities(cleaned, langid_words.candidates(candidates))
+    if not words:  # Han characters speak for Japanese or Chinese, which the word tables do not score
+        words = langid_han.probabilities(cleaned, candidates)
     if words:
         _add(votes, against, words, out, doubt)
         cast += 1

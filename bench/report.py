@@ -62,7 +62,7 @@ def _floor_md(d: dict[str, Any]) -> list[str]:
         return []
     lines = ["Router CPU per request, ms (non-streamed / streamed): polyspec, the Python floor (its server and "
              "upstream client with nothing on top), polyspec's own work (the difference) and vllm-router:", "",
-             "| conc | polyspec | floor | polyspec − floor | vllm_router | issue 14's target |", "|---:|---:|---:|---:|---:|---:|"]
+             "| conc | polyspec | floor | polyspec − floor | vllm_router | CPU target |", "|---:|---:|---:|---:|---:|---:|"]
     for conc, by in d["concurrency"].items():
         cells = []
         for name in ("polyspec", "python_floor"):
@@ -76,7 +76,7 @@ def _floor_md(d: dict[str, Any]) -> list[str]:
 
 
 def _target_md(d: dict[str, Any]) -> list[str]:
-    """Issue 14's 0.4 ms against the run: polyspec's worst cell, the floor's, and vllm-router's."""
+    """The router CPU target (0.4 ms) against the run: polyspec's worst cell, the floor's, and vllm-router's."""
     def worst(name: str) -> tuple[float, str] | None:
         cells = [((by[name]["stream"] if streamed else by[name])["cpu_ms_per_req"],
                   f"c={conc}{', streamed' if streamed else ''}")
@@ -88,7 +88,7 @@ def _target_md(d: dict[str, Any]) -> list[str]:
         return []
     left = (f"which leaves {ROUTER_CPU_TARGET_MS - floor[0]:.3f} ms for all of polyspec's own work there (language ID, policy, "
             "accounting, headers)" if floor[0] < ROUTER_CPU_TARGET_MS else "above the target before polyspec does any work of its own")
-    line = (f"Issue 14's 0.4 ms in this run: polyspec's worst cell {poly[0]:.3f} ms ({poly[1]}); the Python floor "
+    line = (f"The router CPU target of {ROUTER_CPU_TARGET_MS:g} ms in this run: polyspec's worst cell {poly[0]:.3f} ms ({poly[1]}); the Python floor "
             f"alone {floor[0]:.3f} ms ({floor[1]}), {left}")
     if vr:
         line += (f"; vllm-router (Rust, round robin, no language ID) {vr[0]:.3f} ms ({vr[1]}), "
@@ -191,7 +191,7 @@ def speed_policy_md(d: dict[str, Any]) -> str:
                          f"speed / MAL policy {ratio(r['speed_over_mal'])}, speed / no speculation "
                          f"{ratio(r['speed_over_no_spec'])}.")
     carry = d.get("carryover")
-    if carry:  # runs before session 22 did not measure it
+    if carry:  # runs in rotating order have no carry-over
         said = {"speed_after_mal": "the speed policy's request straight after the MAL policy's",
                 "mal_after_speed": "the MAL policy's straight after the speed policy's",
                 "apart": "the no-spec request between them"}
@@ -200,11 +200,11 @@ def speed_policy_md(d: dict[str, Any]) -> str:
         lines.append("Carry-over, speed / MAL policy tok/s where both used one engine, by order: " + "; ".join(parts) + ".")
     lines += _speed_policy_bar(d)
     steps = d.get("engine_steps")
-    if steps:  # runs before session 22 did not keep it
+    if steps:  # older runs' JSON has no engine step times
         def ms(x: float | None) -> str:
             return "-" if x is None else f"{x * 1000:.1f}"
 
-        shaped = any("shared_step_s" in e for e in steps.values())  # runs before session 23: no shapes
+        shaped = any("shared_step_s" in e for e in steps.values())  # older runs' JSON has no engine shapes
         lines += ["", "| engine | calibrated ms/step, batch 1 |" + (" its shape's, batch 1 (engines) |" if shaped else "")
                   + " live ms/step, median of the run's requests | requests |",
                   "|---|---:|" + ("---:|" if shaped else "") + "---:|---:|"]
@@ -216,7 +216,7 @@ def speed_policy_md(d: dict[str, Any]) -> str:
 
 
 def _speed_policy_bar(d: dict[str, Any]) -> list[str]:
-    """Issue 14's bar, judged on the point estimates: speed >= 0.95 x the better other policy on every
+    """The speed policy's bar, judged on the point estimates: speed >= 0.95 x the better other policy on every
     language, and speed > MAL on each language without a draft. An A/A run (`--aa`) has no bar: both routers
     run the speed policy, and what their ratio shows is the bench's own lean."""
     if (d.get("settings") or {}).get("aa"):

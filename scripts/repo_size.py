@@ -1,5 +1,5 @@
-"""The repository's size, before and after shipped drafts are replaced (issue 16: every replaced binary stays
-in git history, so each replacement is measured).
+"""The repository's size, before and after shipped drafts are replaced (every replaced binary stays in git
+history, so each replacement is measured).
 
     python scripts/repo_size.py record LABEL   # append this commit's figures to docs/results/repo_size.json
     python scripts/repo_size.py table          # replace the table in docs/shipped-drafts.md (between marks)

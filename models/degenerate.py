@@ -9,7 +9,7 @@ non-degenerate ones (docs/evaluation.md).
   already seen earlier in the same answer. It measures what inflates acceptance directly: text that can
   be copied from the answer's own past. It does not depend on length: normal prose of 30 or 300 tokens
   scores near 0, and a loop scores near 1 whatever its period.
-- ``distinct_ratio``: distinct tokens / tokens (issue 16's first measure, kept for comparison). It falls
+- ``distinct_ratio``: distinct tokens / tokens (the first measure, kept for comparison). It falls
   with length even for good prose (function words repeat), so a fixed threshold flags long healthy
   answers and misses short loops.
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 NGRAM = 4
 MAX_REPEATED_SHARE = 0.5  # degenerate above: more than half the answer repeats its own 4-grams
-MIN_DISTINCT_RATIO = 0.3  # degenerate below (issue 16's threshold)
+MIN_DISTINCT_RATIO = 0.3  # degenerate below: fewer than 3 distinct tokens in 10
 MEASURES = ("ngram", "distinct")
 
 

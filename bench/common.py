@@ -22,7 +22,7 @@ from typing import Any
 
 from polyspec.core.atomic import atomic_write_json
 
-ROUTER_CPU_TARGET_MS = 0.4  # issue 14: router CPU per request, at every concurrency, streamed or not
+ROUTER_CPU_TARGET_MS = 0.4  # the router CPU target: ms per request, at every concurrency, streamed or not
 
 # Fewer prompts than this get no bootstrap interval: resampling one or two prompts gives an interval of (nearly)
 # zero width, which reads as certainty (a --quick run has one prompt per language).

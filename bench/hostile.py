@@ -1,4 +1,4 @@
-"""What hostile bodies cost the router (issue 13, item 1) → docs/benchmarks/hostile.json.
+"""What hostile bodies cost the router → docs/benchmarks/hostile.json.
 
 Two measurements, side by side in one run:
 

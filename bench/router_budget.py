@@ -23,7 +23,7 @@ models' objects (tens of ms), but a steady router triggers none (they need the l
 a quarter), so freezing them was measured and dropped (docs/benchmarks.md, the gc-freeze A/B run).
 
 The sum of the stages is what polyspec adds to the floor on a non-streamed request. Added to the floor measured by
-bench/router_overhead.py it says how far issue 14's 0.4 ms target is from what this design can reach.
+bench/router_overhead.py it says how far the 0.4 ms router CPU target is from what this design can reach.
 In-process times on a quiet core are lower than the same code under load (caches, the other core's
 client): read them as a lower bound on each stage.
 

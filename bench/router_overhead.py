@@ -3,8 +3,8 @@
 One fake OpenAI backend (bench/fake_openai.py: fixed 16-token answers, no delay) is shared by all
 systems, so what differs is the routers' own cost. polyspec runs `polyspec serve` with language
 identification on (a registry with one default deployment at the backend, serving 9 languages; the
-prompts are MT-Bench turns of those languages) and the speed policy (``--policy``; issue 14's target is
-set with it). With ``--baseline REF``, a second polyspec (``polyspec_base``) runs the code of git commit REF
+prompts are MT-Bench turns of those languages) and the speed policy (``--policy``; the router CPU target is
+judged with it). With ``--baseline REF``, a second polyspec (``polyspec_base``) runs the code of git commit REF
 (from `git archive`, on PYTHONPATH; the working tree is not touched), only for ``--baseline-folders`` if
 given (e.g. ``router``: the rest as in the working tree), so a change is compared before/after within one
 run. Clients: bench/loadgen.py (httpx, uvloop) in its own process. On this 2-core machine the router under test is pinned to core 0 and the backend and the load
@@ -168,7 +168,7 @@ def targets(results: dict[str, Any]) -> dict[str, Any]:
         out["p50_overhead_vs_vllm_router"] = round(rows["polyspec"]["p50_overhead_ms"] / vr, 2)
         out["within_1_5x_vllm_router"] = out["p50_overhead_vs_vllm_router"] <= 1.5
         out["cpu_per_req_vs_vllm_router"] = round(c["polyspec"]["cpu_ms_per_req"] / max(c["vllm_router"]["cpu_ms_per_req"], 1e-6), 2)
-    out.update(issue14(results))
+    out.update(router_targets(results))
     return out
 
 
@@ -176,8 +176,8 @@ def _cpu(cell: dict[str, Any]) -> list[float]:
     return [cell["cpu_ms_per_req"], cell["stream"]["cpu_ms_per_req"]]
 
 
-def issue14(results: dict[str, Any]) -> dict[str, Any]:
-    """Issue 14's router targets: at most 0.4 ms of CPU per request at every concurrency (streamed or not),
+def router_targets(results: dict[str, Any]) -> dict[str, Any]:
+    """The router targets: at most 0.4 ms of CPU per request at every concurrency (streamed or not),
     and at c=256 a p50 added over direct no worse than vllm-router's; and polyspec against polyspec_base."""
     out: dict[str, Any] = {}
     if all("polyspec" in r for r in results.values()):

@@ -154,7 +154,7 @@ def router_name(policy: str) -> str:
 
 
 # The six orders of the three policies, each followed by its reverse. A request right after another to the
-# same engine runs faster (session 21's partial run: on the same engine, with the same steps, the MAL policy's
+# same engine runs faster (the partial run of 2026-12-06: on the same engine, with the same steps, the MAL policy's
 # request took up to 1.37x the speed policy's, which came straight after it). Plain rotation (ns, mal, sp),
 # (mal, sp, ns), (sp, ns, mal) always put the speed policy straight after the MAL policy and never the other way
 # round, so where both used one engine it favoured the speed policy. Here each policy takes each slot, and
@@ -180,8 +180,8 @@ def run_traffic(urls: dict[str, str], prompts: dict[str, list[Any]], max_tokens:
         warm_up(client, urls, langs)
         for i, (n, lang, prompt) in enumerate(order):
             # The order turns with the prompt's number within its language, so that every language sees each
-            # policy in each slot and after each other policy. (Session 10's full run rotated with the position
-            # in the interleaved list: with six languages each language kept one order; see ORDERS.)
+            # policy in each slot and after each other policy. (Rotating with the position in the interleaved list
+            # would give each language one order when there are six languages; see ORDERS.)
             for slot, policy in enumerate(rotation(n)):
                 try:
                     row = send(client, urls[policy], prompt.text, max_tokens)
@@ -239,7 +239,7 @@ def figures(rows: list[dict[str, Any]], k: int, langs: tuple[str, ...]) -> dict[
                                      for why in sorted({str(r["route_reason"]) for r in speed_rows})},
             # What the speed policy saw for each of its requests, in the order sent (X-Polyspec-Candidates:
             # draft=predicted tok/s, ranked): why it chose as it did, e.g. which draft a language without its
-            # own kept (runs before session 21 did not record it).
+            # own kept (older runs' JSON has no such field).
             "speed_policy_candidates": [r.get("candidates") for r in speed_rows],
             "mean_acceptance_length": {p: cells[p]["mean_acceptance_length"] for p in POLICIES},
             "errors": {p: cells[p]["errors"] for p in POLICIES},
@@ -279,8 +279,8 @@ def carryover(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def engine_steps(rows: list[dict[str, Any]], calibration: list[dict[str, Any]]) -> dict[str, Any]:
     """Per engine: the calibrated seconds per step at batch 1, its engine shape's (core.speed.shared_curves:
-    what the speed policy ranks by, before live figures; runs before session 23 had no shapes, each engine
-    its own) and the median seconds per step of the run's requests (wall time over steps, as the router
+    what the speed policy ranks by, before live figures; older runs' JSON has no shapes, each engine its
+    own) and the median seconds per step of the run's requests (wall time over steps, as the router
     measures live: prefill and HTTP included). Where the engines' own figures differ more than the live
     ones, calibration noise, not the engines, would decide between drafts with close acceptance."""
     live: dict[str, list[float]] = {}

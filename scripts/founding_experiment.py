@@ -1,4 +1,4 @@
-"""The founding experiment (issue 5), as run on the H200: every draft, then one evaluation of all of them.
+"""The founding experiment, as run on the H200: every draft, then one evaluation of all of them.
 
     python scripts/founding_experiment.py data DATA_DIR OUT_DIR      # split code prompts by problem
     python scripts/founding_experiment.py train --runs fr-founding,fr-more --data DIR --base DRAFT

@@ -14,7 +14,7 @@ arg=${2:-540}
 start=$(date +%s)
 export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 POLYSPEC_HOME=/tmp/pshome TOKENIZERS_PARALLELISM=false
 export FX_VERIFIER=/tmp/v PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-# Session 2: six processes, each with as many CPU threads as cores, made every stage 5-10x slower.
+# Six processes, each with as many CPU threads as cores, make every stage 5-10x slower: 6 threads each.
 export OMP_NUM_THREADS=6 MKL_NUM_THREADS=6
 W=/tmp/fx; R=/tmp/pshome/runs; mkdir -p $W/logs
 ngpu=$(nvidia-smi -L | wc -l)

@@ -1,4 +1,4 @@
-"""The multilingual draft against the specialists (issue 16, item 6), as a generated block of docs/results.md.
+"""The multilingual draft against the specialists, as a generated block of docs/results.md.
 
     python scripts/multi_report.py --multi docs/results/quality16d.json --specialists docs/results/quality16c.json \
         --cpu docs/results/multi_cpu_check.json --results-md docs/results.md

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 18 on the GPU machine: `polyspec train run --gpus N` (torchrun, NCCL, FSDP2, bf16) against the
+# On the GPU machine: `polyspec train run --gpus N` (torchrun, NCCL, FSDP2, bf16) against the
 # one-process path, on the same prompts, answers, hidden states and seed.
 #
 #   bash scripts/multigpu_prep.sh                    # here: the run's prompts stage, the CLI's wheels, the base draft

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 18, here (CPU): what scripts/multigpu_device.sh needs, in .device/ (git-ignored).
+# Here (CPU): what scripts/multigpu_device.sh needs, in .device/ (git-ignored).
 # The run's prompts stage (language ID runs here, so the GPU machine needs neither fastText nor lingua), made
 # with the paths it will have there: /tmp/p18 (prompts, base draft), /tmp/v (verifier), /tmp/pshome (runs).
 set -eu

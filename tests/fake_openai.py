@@ -6,7 +6,7 @@ started with ``--per-request-spec-decode-metrics summary`` does (in the final us
 when ``stream_options.include_usage`` is set). Also /health, /v1/models and an empty /metrics.
 A plain ASGI app (no framework) so that the backend is never the bottleneck.
 
-    python bench/fake_openai.py --port 9100 [--tokens 16] [--token-delay-ms 0]
+    python bench/fake_openai.py --port 9100 [--tokens 16] [--token-delay-ms 0]   # as a process, for the benchmarks
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KEYS = {"draft", "role", "target_language", "language", "k", "positions", "mean_acceptance_length", "n_prompts", "method",
         "subset", "degenerate_share"}
 

@@ -239,7 +239,7 @@ def test_languages_come_from_the_option_the_file_or_detection(tmp_path):
 
 
 def test_vllm_method_against_an_openai_compatible_engine(tmp_path):
-    """The vllm path (HTTP, conversation rounds, per-request histograms) against bench/fake_openai.py, a stand-in
+    """The vllm path (HTTP, conversation rounds, per-request histograms) against tests/fake_openai.py, a stand-in
     for a running engine: it answers 8 tokens with 4 spec steps accepting 1 draft each (MAL 2.0)."""
     import socket
     import threading
@@ -247,7 +247,7 @@ def test_vllm_method_against_an_openai_compatible_engine(tmp_path):
 
     import uvicorn
 
-    from bench.fake_openai import FakeOpenAI
+    from tests.fake_openai import FakeOpenAI
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -2,7 +2,7 @@
 
 Greedy decoding is what users get in production, so greedy answers are the training data that looks most
 like what a draft meets when serving. A small verifier, though, answers many prompts with repetition loops
-under greedy decoding (issue 16), and a draft trained on loops learns loops. Sampling with a repetition
+under greedy decoding, and a draft trained on loops learns loops. Sampling with a repetition
 penalty gives several different, loop-free answers per prompt: more data from few prompts, and prefixes that
 still come from the verifier's own distribution (the draft's targets are the verifier's logits at every
 position whatever the prefix). Both kinds are kept apart in the answers so that their effect can be compared.
@@ -50,7 +50,7 @@ class Decoding:
 
 
 GREEDY = Decoding()
-# The sampled variant of issue 16: mild temperature, nucleus sampling and a repetition penalty that breaks
+# The sampled variant: mild temperature, nucleus sampling and a repetition penalty that breaks
 # loops without pushing the verifier far from what it would say.
 SAMPLED = Decoding(name="sampled", temperature=0.7, top_p=0.95, repetition_penalty=1.1, samples=2)
 

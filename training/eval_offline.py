@@ -24,7 +24,7 @@ Scored = list[tuple[list[int], dict[str, PromptAcceptance]]]
 def _torch_dtype(name: str | None, device: str) -> Any:
     import torch
 
-    if name is None:  # bf16 only where it is fast and exact enough: GPUs; CPUs get float32 (issue 12, item 0)
+    if name is None:  # bf16 only where it is fast and exact enough: GPUs; CPUs get float32
         return torch.bfloat16 if device.startswith("cuda") else torch.float32
     try:
         return getattr(torch, name)

@@ -229,7 +229,7 @@ def run_fit(out_dir: Path, data_dir: Path, init_draft: Path, verifier_path: Path
         _trim_metrics(out_dir / METRICS, step)
     started = time.time()
     tokens = _train_epochs(out_dir, loader, model, opt, sched, cfg, (start_epoch, step, sum(per_epoch)), device, world)
-    peak = _cuda_peak_gib(device)  # GPU memory of this process' fit (issue 18 reports it per device)
+    peak = _cuda_peak_gib(device)  # GPU memory of this process' fit (reported per device)
     if world is None:
         save_draft(model.eval(), out_dir / "draft")
         mine: dict[str, Any] = {"tokens": tokens, "cuda_peak_gib": peak}

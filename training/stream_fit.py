@@ -29,7 +29,7 @@ from polyspec.training.errors import TrainingError
 
 CALIBRATION_STEPS = 6  # steps timed before the schedule is first set (the first one, with CUDA warm-up, excluded)
 # The schedule is set again once, from the steps after calibration: on the H200 the first steps ran slower than
-# the rest (allocator growth), and a 327 s budget was planned as 978 steps that took 170 s (session 8).
+# the rest (allocator growth), and a 327 s budget was planned as 978 steps that took 170 s.
 REPLAN_STEPS = 60
 
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from rich.console import Console
+
 PIPE_WIDTH = 160
 
 
 def console(*, stderr: bool = False, **kwargs: Any) -> Any:
-    from rich.console import Console
-
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() else PIPE_WIDTH
     return Console(stderr=stderr, width=width, **kwargs)

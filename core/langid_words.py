@@ -26,6 +26,7 @@ from collections.abc import Iterable
 
 import numpy as np
 import regex
+import wordfreq
 
 # Each language's this many most frequent words. On the tuning texts, word pairs were 0.3 points better with
 # 30,000 than with 10,000 and 0.1 worse than with whole lists (60,000 words for some languages): past this,
@@ -53,8 +54,6 @@ _MAX_TABLES = 16  # one per candidate set; a router has one per routing table
 @functools.cache
 def known() -> frozenset[str]:
     """The languages scored here, in fastText's spelling."""
-    import wordfreq
-
     from_wf = {v: k for k, v in _TO_WORDFREQ.items()}
     return frozenset(from_wf.get(c, c) for c in wordfreq.available_languages("small")) - _NO_SPACES
 
@@ -62,8 +61,6 @@ def known() -> frozenset[str]:
 @functools.lru_cache(maxsize=64)
 def _words(code: str) -> tuple[np.ndarray, np.ndarray]:
     """One language's table: its `TOP_WORDS` words' hashes (sorted) and frequencies (in `_STEP_CB` steps)."""
-    import wordfreq
-
     hashes: dict[int, int] = {}
     # cBpack: bucket i holds the words of frequency -i cB, most frequent first.
     for i, bucket in enumerate(wordfreq.read_cBpack(wordfreq.available_languages("small")[_TO_WORDFREQ.get(code, code)])):

@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from polyspec.core.errors import IntegrityError, InvalidInput
 
 FORMAT = 1
@@ -224,8 +226,6 @@ def failure_message(report: SelfCheckReport, *, engine: str, cause: str) -> str:
 
 def openai_generate(url: str, model: str, *, timeout: float = 120.0, client: Any = None) -> Generate:
     """A ``Generate`` backed by a vLLM server's /v1/completions (greedy, token-id prompt, no EOS stop)."""
-    import httpx
-
     http = client or httpx.Client(timeout=timeout)
 
     def generate(prompt_ids: list[int], max_tokens: int) -> list[int]:
@@ -248,8 +248,6 @@ def check_engine(url: str, model: str, reference: Reference, *, dtype: str, devi
                  client: Any = None) -> SelfCheckReport:
     """Self-check a running engine; raise SelfCheckFailed (with the report and the likely cause) on a mismatch.
     ``client``: an httpx.Client to use instead of a fresh one."""
-    import httpx
-
     with client or httpx.Client(timeout=timeout) as http:
         try:
             report = compare(reference, openai_generate(url, model, client=http))

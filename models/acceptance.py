@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from polyspec.core.acceptance import mal_from_histogram, merge_histograms, positions_from_histogram
 from polyspec.core.errors import InvalidInput
+from polyspec.models.draft_build import load_draft
+from polyspec.models.hidden import default_device, forward_with_hidden, load_verifier_model
 
 if TYPE_CHECKING:
     import torch
@@ -203,8 +205,6 @@ class OfflineSpeculator:
     def _verify(self, ids: list[int], cache: Any) -> tuple[list[int], torch.Tensor]:
         import torch
 
-        from polyspec.models.hidden import forward_with_hidden
-
         x = torch.tensor([ids], device=self.device)
         out, aux, _ = forward_with_hidden(self.verifier, x, self.aux_ids, past_key_values=cache, use_cache=True)
         return out.logits[0].argmax(-1).tolist(), aux[0]
@@ -281,9 +281,6 @@ def measure_acceptance(
 ) -> AcceptanceResult:
     """Load verifier and draft (cuda when available, else cpu) and measure acceptance on ``prompts``."""
     import torch
-
-    from polyspec.models.draft_build import load_draft
-    from polyspec.models.hidden import default_device, load_verifier_model
 
     device = device or default_device()
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype

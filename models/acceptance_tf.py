@@ -31,6 +31,9 @@ from polyspec.models.acceptance import (
     eos_token_ids,
     fc_aux,
 )
+from polyspec.models.batching import length_batches, max_padding_for
+from polyspec.models.generation import generate_greedy
+from polyspec.models.hidden import final_norm, forward_with_hidden, right_padded
 
 if TYPE_CHECKING:
     import torch
@@ -169,9 +172,6 @@ class TeacherForcedAcceptance:
     def _generate(self, prompts: list[list[int]], batch_size: int, progress: bool, desc: str) -> list[list[int]]:
         from tqdm.auto import tqdm
 
-        from polyspec.models.batching import length_batches, max_padding_for
-        from polyspec.models.generation import generate_greedy
-
         device = next(self.verifier.parameters()).device
         out: list[list[int]] = [[] for _ in prompts]
         batches = list(length_batches([len(p) for p in prompts], max_batch_size=batch_size,
@@ -184,9 +184,6 @@ class TeacherForcedAcceptance:
 
     def _trajectories(self, prompts: list[list[int]], answers: list[list[int]], max_batch_tokens: int) -> list[Trajectory]:
         import torch
-
-        from polyspec.models.batching import length_batches, max_padding_for
-        from polyspec.models.hidden import final_norm, forward_with_hidden, right_padded
 
         seqs = [p + self._cut(a) for p, a in zip(prompts, answers, strict=True)]
         trajs: list[Trajectory | None] = [None] * len(seqs)
@@ -223,8 +220,6 @@ class TeacherForcedAcceptance:
     def measure(self, draft: Eagle3DraftModel, group: str, *, max_new_tokens: int | None = None,
                 batch_size: int = 32) -> AcceptanceResult:
         """Acceptance of ``draft`` on a stored group (max_new_tokens at most the one generated with)."""
-        from polyspec.models.batching import length_batches, max_padding_for
-
         budget = max_new_tokens or self.max_new_tokens
         if budget > self.max_new_tokens:
             raise AcceptanceError(f"trajectories hold {self.max_new_tokens} tokens; asked for {budget}")

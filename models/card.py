@@ -11,7 +11,10 @@ import json
 import re
 from typing import Any
 
+import yaml
+
 from polyspec.models.shipped import ShippedDraft
+from polyspec.models.verifiers import KNOWN_VERIFIERS
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -24,7 +27,6 @@ def base_model_of(verifier: str) -> str | None:
     """The Hub id of a verifier: itself when it is one, else the id a bundled alias was built from."""
     if is_repo_id(verifier):
         return verifier
-    from polyspec.models.verifiers import KNOWN_VERIFIERS
 
     source = KNOWN_VERIFIERS.get(verifier)
     first = source.description.split()[0] if source and source.description else ""
@@ -60,8 +62,6 @@ def _evaluation_rows(evaluations: list[dict[str, Any]]) -> list[str]:
 def model_card(draft: ShippedDraft, *, license: str = "apache-2.0", base_model: str | None = None,
                repo_id: str | None = None) -> str:
     """README.md for ``draft``: YAML front matter, how to serve it, evaluations, checksums."""
-    import yaml
-
     base = base_model or base_model_of(draft.verifier)
     front = yaml.safe_dump(_front_matter(draft, license, base), sort_keys=False, allow_unicode=True)
     where = repo_id or "<this repository or directory>"

@@ -11,8 +11,13 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from polyspec.core.cli import PolyspecTyper
+from polyspec.models.drafts import inspect_draft
+from polyspec.models.hub import pull_draft, push_draft
+from polyspec.models.shipped import SHIPPED_DIR, DraftNotFound, ShippedDraftError, shipped_drafts
+from polyspec.models.verifiers import list_prepared, prepare_verifier, resolve_verifier
 
 app = PolyspecTyper(name="models", help="Verifier models and draft files (prepare, list, inspect, pull, push).",
                     no_args_is_help=True)
@@ -36,8 +41,6 @@ def prepare(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Download, check and convert a bundled verifier into POLYSPEC_HOME/models/NAME."""
-    from polyspec.models.verifiers import prepare_verifier
-
     info = prepare_verifier(name, home=home, force=force)
     if as_json:
         typer.echo(json.dumps(info.to_json(), indent=2))
@@ -54,10 +57,6 @@ def list_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """List the prepared verifiers."""
-    from rich.table import Table
-
-    from polyspec.models.verifiers import list_prepared
-
     infos = list_prepared(home)
     if as_json:
         typer.echo(json.dumps([i.to_json() for i in infos], indent=2))
@@ -81,8 +80,6 @@ def resolve(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Show which model a verifier spec resolves to (preparing or downloading it if needed)."""
-    from polyspec.models.verifiers import resolve_verifier
-
     info = resolve_verifier(spec)
     if as_json:
         typer.echo(json.dumps(info.to_json(), indent=2))
@@ -97,11 +94,6 @@ def inspect_draft_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Validate a draft directory and print its shape (architecture, vocabularies, layers)."""
-    from rich.table import Table
-
-    from polyspec.models.drafts import inspect_draft
-    from polyspec.models.verifiers import resolve_verifier
-
     ver = resolve_verifier(verifier) if verifier else None
     info = inspect_draft(path, ver)
     data = info.to_json()
@@ -116,8 +108,6 @@ def inspect_draft_cmd(
 
 def _checked(draft: Any) -> str:
     """"verified" when every file matches the recorded sha256, else what is wrong (missing or damaged)."""
-    from polyspec.models.shipped import DraftNotFound, ShippedDraftError
-
     try:
         draft.verify()
     except DraftNotFound:
@@ -134,10 +124,6 @@ def drafts_cmd(
 ) -> None:
     """List the drafts available here: the checkout's (models/drafts) and those pulled into POLYSPEC_HOME, each
     with its files checked against the recorded sha256."""
-    from rich.table import Table
-
-    from polyspec.models.shipped import SHIPPED_DIR, shipped_drafts
-
     drafts = shipped_drafts(home=home)
     rows = [{"name": d.name, "verifier": d.verifier, "languages": d.languages, "role": d.role, "parent": d.parent,
              "where": "checkout" if d.path.parent == SHIPPED_DIR else "pulled", "sha256": _checked(d),
@@ -170,8 +156,6 @@ def pull_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Fetch a draft, verify its sha256 and install it into POLYSPEC_HOME/drafts/NAME (atomically)."""
-    from polyspec.models.hub import pull_draft
-
     done = pull_draft(name_or_repo, source, revision=revision, sha256=sha256, home=home)
     checked = (f"sha256 verified against {', '.join(done.verified_against)}" if done.verified_against
                else "[yellow]no checksums published with it: recorded the sha256 of what was fetched[/yellow]")
@@ -191,8 +175,6 @@ def push_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Publish a draft with a model card (README.md) and its manifest entry, to a directory or the Hub."""
-    from polyspec.models.hub import push_draft
-
     done = push_draft(name, to, license=license, base_model=base_model, home=home)
     _done(done, as_json, f"pushed {done.name} to {done.destination} ({_human(done.size_bytes)}: "
                          f"{', '.join(sorted(done.files))})")

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from polyspec.core.errors import InvalidInput
+from polyspec.models.batching import length_batches, max_padding_for
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -155,7 +156,6 @@ def capture_hidden_states_batched(
     lengths = [len(s) for s in sequences]
     if any(n == 0 for n in lengths):
         raise HiddenStateError("cannot capture hidden states of an empty sequence")
-    from polyspec.models.batching import length_batches, max_padding_for
 
     device = next(model.parameters()).device
     bar = tqdm(total=len(sequences), desc="hidden states", unit="seq", disable=not progress)

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+import yaml
+
 from polyspec.core.atomic import atomic_dir
 from polyspec.core.errors import InvalidInput, NotFoundError, Unavailable
 from polyspec.models.card import is_repo_id, model_card
@@ -355,8 +357,6 @@ def _upload(repo_id: str, folder: Path, name: str) -> None:
 
 def read_card(path: Path) -> dict[str, Any]:
     """The YAML front matter of a model card (empty when there is no card or no front matter)."""
-    import yaml
-
     if not path.is_file():
         return {}
     text = path.read_text(encoding="utf-8", errors="replace")

@@ -27,12 +27,13 @@ from polyspec.core.selfcheck import (
     reference_key,
     reference_path,
 )
+from polyspec.core.settings import get_settings
+from polyspec.models.hidden import load_verifier_model
 
 
 def _home(home: Path | None) -> Path:
     if home is not None:
         return Path(home)
-    from polyspec.core.settings import get_settings
 
     return get_settings().home
 
@@ -41,8 +42,6 @@ def compute_reference(verifier: str | Path, prompts: Sequence[str] = PROMPTS, ma
                       top_k: int = TOP_K) -> Reference:
     """Greedy-decode each prompt (as a one-turn chat) with the verifier in float32, keeping the top-k ids."""
     import torch
-
-    from polyspec.models.hidden import load_verifier_model
 
     model, tokenizer = load_verifier_model(Path(verifier).expanduser(), device="cpu", dtype=torch.float32)
     cases = []

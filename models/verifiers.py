@@ -23,8 +23,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
 from polyspec.core.atomic import atomic_write_text
+from polyspec.core.settings import get_settings
 from polyspec.models.checksums import sha256_file, sha256_tree, verify_tree
+from polyspec.models.gguf_convert import GgufConversionError, convert_gguf
 
 MANIFEST = "manifest.json"
 DEFAULT_VERIFIER = "smollm2-135m-instruct"
@@ -97,7 +101,6 @@ class VerifierInfo:
 def _home(home: Path | str | None) -> Path:
     if home is not None:
         return Path(home).expanduser()
-    from polyspec.core.settings import get_settings
 
     return get_settings().home
 
@@ -183,10 +186,6 @@ def prepare_verifier(
 
 
 def _build(name: str, source: WheelSource, home: Path, target: Path) -> None:
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    from polyspec.models.gguf_convert import GgufConversionError, convert_gguf
-
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=target.parent))
     try:
         with Progress(

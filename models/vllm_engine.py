@@ -22,7 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, Field, field_validator
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from polyspec.core.hostcpu import DtypeChoice, choose_dtype, normalize_dtype
 from polyspec.core.ports import free_port
@@ -195,8 +198,6 @@ class VllmEngine:
         return EngineFailedToStart(f"vLLM engine at {self.url} {why}; log {self.log_path}:\n{_tail(self.log_path)}")
 
     def _ready(self, client: object) -> bool:
-        import httpx
-
         assert isinstance(client, httpx.Client)
         try:
             if client.get(f"{self.url}/health").status_code != 200:
@@ -207,9 +208,6 @@ class VllmEngine:
 
     def wait_ready(self, timeout: float = 600, progress: bool = True) -> VllmEngine:
         """Block until /health and /v1/models answer; raise EngineFailedToStart if it dies or times out."""
-        import httpx
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
         if self.process is None:
             raise EngineError("start() the engine first")
         deadline = time.monotonic() + timeout
@@ -310,8 +308,6 @@ _PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 
 def parse_spec_decode_counters(prometheus_text: str) -> SpecCounters:
     """Read vLLM's spec_decode counters from a /metrics page (all zero when the engine has no draft)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     totals = {attr: 0.0 for attr in _COUNTERS.values()}
     per_pos: dict[int, float] = {}
     for family in text_string_to_metric_families(prometheus_text):

@@ -10,7 +10,8 @@ from typing import Any
 
 import anyio
 
-from polyspec.core.langid import LabelSet, allowed_labels
+from polyspec.core.langid import LabelSet, allowed_labels, warm_up
+from polyspec.registry.errors import RegistryMissing
 from polyspec.router.backends import Backends
 from polyspec.router.capture import PromptCapture
 from polyspec.router.config import RouterConfig
@@ -18,7 +19,7 @@ from polyspec.router.speed import Explorer, LiveSteps
 from polyspec.router.canary import CACHE_KEY as CANARIES
 from polyspec.router.canary import canaries_of
 from polyspec.router.table import RegistrySource, RoutingTable, TableSource, build_table
-from polyspec.router.telemetry import Telemetry
+from polyspec.router.telemetry import Telemetry, merge_rows
 
 log = logging.getLogger("polyspec.router")
 
@@ -96,7 +97,6 @@ class RouterRuntime:
         # lingua's models and the word tables for the new table's languages load in a worker thread before the
         # table serves:
         # otherwise the first short prompt of each language would load them on the event loop (0.8 s, GIL held).
-        from polyspec.core.langid import warm_up
 
         await anyio.to_thread.run_sync(warm_up, self.langid_labels(table))
         known = set(self.backends.replicas)
@@ -130,8 +130,6 @@ class RouterRuntime:
     def _refresh_failed(self, exc: Exception) -> dict[str, Any]:
         """A registry that cannot be read. A missing one makes the router not ready (an operator must act);
         another error (a lock, a restarting database) is reported and retried at the next refresh."""
-        from polyspec.registry.errors import RegistryMissing
-
         self.last_refresh_error = f"{type(exc).__name__}: {exc}"
         missing = isinstance(exc, RegistryMissing)
         self.telemetry.metrics.refresh_failures.labels("missing" if missing else "error").inc()
@@ -159,7 +157,6 @@ class RouterRuntime:
         except Exception as exc:
             log.warning("could not read live stats: %s", exc)
             return
-        from polyspec.router.telemetry import merge_rows
 
         self.telemetry.set_shared(merge_rows(rows))
 
@@ -188,8 +185,6 @@ class RouterRuntime:
                 log.exception("background task failed")
 
     async def start(self) -> None:
-        from polyspec.core.langid import warm_up
-
         await anyio.to_thread.run_sync(warm_up)  # loads fastText now, not on the first request
         await self.refresh(wait_s=START_REFRESH_WAIT_S)
         if self.capture is not None:

@@ -17,6 +17,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
 
+from sqlalchemy.engine import make_url
+
 from polyspec.core.counters import SpecCounts
 from polyspec.core.speed import shared_curves
 
@@ -328,8 +330,6 @@ class RegistrySource:
 def _sqlite_path(url: str | None) -> Path | None:
     """The SQLite file behind a registry URL, None for anything else. Read from the URL, not from the
     opened engine: a registry opened without create connects through a ``file:...?mode=rw`` URI."""
-    from sqlalchemy.engine import make_url
-
     if url is None:
         from polyspec.core.settings import get_settings
 

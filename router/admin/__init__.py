@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from polyspec.router.admin.auth import (
     COOKIE_NAME, CSRF_COOKIE, AdminAccess, csrf_token, make_guard, make_host_guard, presented_token,
@@ -61,8 +62,6 @@ def _settings_token() -> str | None:
 
 
 def _templates() -> Any:
-    from jinja2 import Environment, FileSystemLoader, select_autoescape
-
     return Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
 
 

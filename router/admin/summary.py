@@ -15,6 +15,7 @@ from typing import Any
 
 from polyspec.core.langid import UNDETERMINED
 from polyspec.core.counters import SpecCounts
+from polyspec.registry.adaptation import summary
 from polyspec.router.table import LiveRow
 
 FROM_SCRATCH_PLAN = "from-scratch-custom-vocab"
@@ -222,8 +223,6 @@ def build_summary(
 def adaptation_timeline(events: Sequence[Any]) -> list[dict[str, Any]]:
     """`polyspec adapt`'s audit trail, newest first: when, language, step, status, attempt and the figures
     (the same one-line summary as `polyspec adapt history`)."""
-    from polyspec.registry.adaptation import summary
-
     rows = [{"at": e.created_at.isoformat() if e.created_at else None, "language": e.language, "step": e.step,
              "status": e.status, "attempt": e.attempt, "summary": summary(e)[:500]}
             for e in events if e.language != "*"]

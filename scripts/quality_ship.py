@@ -1,4 +1,4 @@
-"""Ship an issue-16 run's drafts: copy them into models/drafts/, write the manifest entries, the model cards.
+"""Ship a quality run's drafts: copy them into models/drafts/, write the manifest entries, the model cards.
 
     python scripts/quality_ship.py RUN_DIR DRAFTS_DIR --run-name quality16c [--keep ru]
     python scripts/quality_ship.py RUN_DIR DRAFTS_DIR --run-name quality16d --add --drop ja --primary ja

@@ -107,7 +107,7 @@ def machine_info() -> dict[str, Any]:
     load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
     return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
             "load_avg_1m_at_start": round(load[0], 2),
-            "note": "2 cores shared with other jobs of the session; compare ratios within one run, not absolute times"}
+            "note": "2 cores shared with other jobs; compare ratios within one run, not absolute times"}
 
 
 def write_json(name: str, payload: dict[str, Any]) -> Path:

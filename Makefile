@@ -9,7 +9,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.polyspec-installed
 LOCK_SHA := $(shell sha256sum requirements.lock pyproject.toml | sha256sum | cut -c1-16)
 
-.PHONY: setup deps verifier browser postgres lint test test-fast demo clean-venv
+.PHONY: setup deps verifier browser postgres proxy lint test test-fast demo clean-venv
 
 setup: deps verifier
 
@@ -40,12 +40,18 @@ postgres:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { echo "==> installing Debian postgresql"; \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null); }
 
+# Debian's nginx (the light build) for tests/faults/test_admin_proxy.py, which starts its own on a free loopback
+# port with a private config (the package's default site is never started or used).
+proxy:
+	@command -v nginx >/dev/null || test -x /usr/sbin/nginx || { echo "==> installing Debian nginx-light"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null); }
+
 # ruff, then the import-linter layer contracts (scripts/lint.sh says why it stages a symlink tree).
 lint: deps
 	scripts/lint.sh
 
 # Lint first: a broken layer or a lint error fails CI before the (long) pytest run starts.
-test: setup browser postgres
+test: setup browser postgres proxy
 	scripts/lint.sh
 	$(VENV)/bin/pytest -q --durations=15
 

@@ -23,7 +23,8 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
 from polyspec.router import admin
-from polyspec.router.asgi import HOT_PATHS, Endpoint, HotPath, Receive, Scope, Send
+from polyspec.router.admin.auth import host_in, host_list, is_loopback_bind
+from polyspec.router.asgi import HOT_PATHS, Endpoint, HostGuard, HotPath, Receive, Scope, Send
 from polyspec.router.config import RouterConfig
 from polyspec.router.errors import RouterError, error_body
 from polyspec.router.proxy import serve_completion
@@ -55,9 +56,24 @@ def create_app(
     _install_routes(app, runtime)
     if config.cors_allow_origins:  # added after HotPath, so outside it; none at all when off (no cost)
         app.add_middleware(ApiCors, origins=config.cors_allow_origins)
+    app.state.admin_mounted = mount_admin  # router.server refuses to serve an exposed admin without a token
     if mount_admin:
         admin.mount(app, runtime)
+    _guard_hosts(app, runtime)
     return app
+
+
+def _guard_hosts(app: FastAPI, runtime: RouterRuntime) -> None:
+    """On a loopback listen address, every route checks Host (router.asgi.HostGuard); added last, so outermost."""
+    config = runtime.config
+    if not is_loopback_bind(config.host):
+        return
+    hosts, any_host = host_list(config.allowed_hosts, config.host)
+    if any_host:
+        return
+    rejected = runtime.telemetry.metrics.rejected.labels("host").inc
+    app.add_middleware(HostGuard, allowed=partial(host_in, hosts=hosts), reject=rejected,
+                       setting="allowed_hosts (POLYSPEC_ROUTER_ALLOWED_HOSTS)")
 
 
 def _install_error_handlers(app: FastAPI) -> None:

@@ -9,10 +9,11 @@ other path goes on to the FastAPI app.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from polyspec.router.errors import BodyTooLarge, RequestTimeout, RouterError
+from polyspec.router.errors import BodyTooLarge, RequestTimeout, RouterError, error_body
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -65,6 +66,43 @@ class HotPath:
             if kind is not None:
                 await self.handler(scope, receive, send, kind)
                 return
+        await self.app(scope, receive, send)
+
+
+class HostGuard:
+    """ASGI middleware: the DNS-rebinding guard of a router that listens on loopback. A web page whose name
+    was re-pointed at 127.0.0.1 reaches the router from the browser on its host, with its own name in
+    ``Host``: every HTTP request whose Host ``allowed`` refuses gets 400 (``invalid_host``) and
+    ``reject()`` is told. A request without Host (no browser sends one) and /admin (which checks Host
+    against its own list, router.admin.auth) pass. Host values found allowed are remembered (up to
+    `KNOWN_HOSTS`), so a request of the usual kind pays one header scan and a set lookup."""
+
+    KNOWN_HOSTS = 64
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]], allowed: Callable[[str | None], bool],
+                 reject: Callable[[], None], setting: str) -> None:
+        self.app = app
+        self.allowed = allowed
+        self.reject = reject
+        self.setting = setting  # named in the refusal: how to allow a name
+        self._known: set[bytes] = set()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            host = next((value for name, value in scope["headers"] if name == b"host"), None)
+            if host is not None and host not in self._known and not scope["path"].startswith("/admin"):
+                if not self.allowed(host.decode("latin-1")):
+                    self.reject()
+                    shown = host.decode("latin-1")[:100]
+                    body = json.dumps(error_body(
+                        f"Invalid Host header {shown!r}: this router listens on loopback and answers only the "
+                        f"names in {self.setting} (a guard against DNS rebinding).",
+                        "invalid_request_error", None, "invalid_host")).encode()
+                    await send_response(send, 400, [(b"content-type", b"application/json"),
+                                                    (b"connection", b"close")], body)
+                    return
+                if len(self._known) < self.KNOWN_HOSTS:
+                    self._known.add(host)
         await self.app(scope, receive, send)
 
 

@@ -35,10 +35,12 @@ def serve(
     capture: Optional[bool] = typer.Option(None, "--capture/--no-capture", help="Keep prompts per language (opt-in)."),
     router_id: Optional[str] = typer.Option(None, help="Name of this router in the live stats."),
     log_level: str = typer.Option("info", help="uvicorn log level."),
+    admin: bool = typer.Option(True, "--admin/--no-admin", help="Serve the dashboard and its API under /admin."),
 ) -> None:
     """Serve the OpenAI-compatible router in front of the registry's active deployments.
 
-    SIGTERM (or Ctrl-C) drains: /ready answers 503 at once, in-flight requests may finish within
+    With the admin exposed (--host beyond loopback, or POLYSPEC_ROUTER_TRUSTED_PROXIES set), it refuses to
+    start without POLYSPEC_ADMIN_TOKEN. SIGTERM (or Ctrl-C) drains: /ready answers 503 at once, in-flight requests may finish within
     POLYSPEC_ROUTER_DRAIN_GRACE_S, and streams still open then end with an error event (router.server).
     """
     overrides = {"host": host, "port": port, "registry_url": registry, "language_threshold": threshold,
@@ -48,9 +50,14 @@ def serve(
     except ValidationError as exc:
         typer.echo(f"error: invalid router setting: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}", err=True)
         raise typer.Exit(2) from None
-    app = create_app(config)
+    app = create_app(config, mount_admin=admin)
+    try:
+        server = build_server(app, config, log_level=log_level)
+    except InvalidInput as exc:  # an admin that would be exposed without a token
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     typer.echo(f"polyspec router {config.router_id} on http://{config.host}:{config.port}", err=True)
-    build_server(app, config, log_level=log_level).run()
+    server.run()
 
 
 def _config(registry: str | None, threshold: float | None, probe_timeout: float | None) -> RouterConfig:

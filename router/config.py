@@ -148,6 +148,13 @@ class RouterConfig(BaseSettings):
         "The router's own --host is always allowed.",
     )
 
+    allowed_hosts: list[str] = Field(
+        default_factory=lambda: ["localhost", "127.0.0.1", "::1"],
+        description="While the router listens on a loopback address: the Host header values every route "
+        "answers (DNS-rebinding guard; /admin has admin_allowed_hosts); '*' allows any. The router's own "
+        "--host is always allowed. Not applied when it listens on another address.",
+    )
+
     model_aliases: list[str] = Field(
         default_factory=lambda: ["polyspec"], description="Model names the router accepts besides the engines' own."
     )

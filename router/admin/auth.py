@@ -7,9 +7,10 @@ Checked in this order, for every /admin request:
    attacker.example whose name was re-pointed at 127.0.0.1 sends ``Host: attacker.example``.
 2. Who: with ``POLYSPEC_ADMIN_TOKEN`` set, the token (``Authorization: Bearer``, ``?token=`` once in
    the browser, then an HttpOnly cookie); else 401. Without a token, loopback clients only; else 403.
-   The client address is the socket's peer, unless ``trusted_proxies`` is set: then a loopback peer is not
-   trusted by itself (a proxy on the same host makes everyone look local). The client is read from
-   X-Forwarded-For, walking from the right past trusted proxies only, and only when the peer is one.
+   A proxy on the same host makes every client look local, so without a token a client is local only when
+   no proxy is declared (``trusted_proxies``) and the request carries no forwarding header
+   (X-Forwarded-For, Forwarded, ...): a forwarded address is never trusted as loopback. `unsafe_admin`
+   says when a router must not start at all without a token (behind a proxy, or listening beyond loopback).
 3. State-changing calls (any method but GET/HEAD/OPTIONS) take an ``application/json`` body, else 415 (a
    cross-site form or no-cors fetch can only send text/plain, urlencoded or multipart), and need the admin
    token in the Authorization header, or the CSRF token: the dashboard sets a random ``polyspec_csrf``
@@ -24,7 +25,6 @@ import re
 import secrets
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from itertools import islice
 from typing import Any
 
 from fastapi import HTTPException, Request
@@ -34,7 +34,8 @@ CSRF_COOKIE = "polyspec_csrf"
 CSRF_HEADER = "X-CSRF-Token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 DEFAULT_HOSTS = ("localhost", "127.0.0.1", "::1")
-MAX_FORWARDED_HOPS = 32  # a proxy chain is a few hops; a longer walk is a hostile header, so unknown client
+# Headers that say a proxy passed the request on: with any of them, the request is not a local client's.
+FORWARDING_HEADERS = ("x-forwarded-for", "forwarded", "x-real-ip", "x-forwarded-host", "via")
 _WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::"})
 _PORT = re.compile(r"[0-9]{1,5}")
 _CSRF_SHAPE = re.compile(r"[A-Za-z0-9_-]{43}")  # secrets.token_urlsafe(32)
@@ -119,41 +120,48 @@ class AdminAccess:
     @classmethod
     def from_config(cls, config: Any) -> AdminAccess:
         """From anything with ``trusted_proxies``, ``admin_allowed_hosts`` and ``host`` (a RouterConfig)."""
-        entries = list(config.admin_allowed_hosts)
-        hosts = {_canonical(h) for h in entries if h.strip() and h.strip() != "*"}
-        own = _canonical(config.host or "")
-        if own not in _WILDCARD_BINDS:
-            hosts.add(own)
-        return cls(tuple(_network(p) for p in config.trusted_proxies), frozenset(hosts), "*" in entries)
+        hosts, any_host = host_list(config.admin_allowed_hosts, config.host)
+        return cls(tuple(_network(p) for p in config.trusted_proxies), hosts, any_host)
 
     def is_proxy(self, ip: IPAddress) -> bool:
         return any(ip in net for net in self.trusted_proxies)
 
     def host_allowed(self, header: str | None) -> bool:
-        if self.any_host:
-            return True
-        name = host_name(header)
-        return name is not None and name in self.allowed_hosts
-
-    def client(self, peer: str | None, forwarded: Iterable[str]) -> tuple[IPAddress | None, bool]:
-        """(client address or None when unknown, whether it came from X-Forwarded-For)."""
-        ip = parse_address(peer) if peer else None
-        if not self.trusted_proxies or ip is None or not self.is_proxy(ip):
-            return ip, False
-        hops = [hop for value in forwarded for hop in value.split(",")]
-        for hop in islice(reversed(hops), MAX_FORWARDED_HOPS):
-            addr = parse_address(hop)
-            if addr is None:
-                return None, True  # malformed: the chain cannot be trusted past here
-            if not self.is_proxy(addr):
-                return addr, True
-        return None, True  # no header, every hop a proxy, or a walk too long: nobody to trust
+        return self.any_host or host_in(header, self.allowed_hosts)
 
     def loopback_client(self, request: Request) -> bool:
-        ip, forwarded = self.client(request.client.host if request.client else None,
-                                    request.headers.getlist("x-forwarded-for"))
-        # Behind a declared proxy a loopback peer is the proxy itself: only a forwarded address counts.
-        return ip is not None and ip.is_loopback and (forwarded or not self.trusted_proxies)
+        """Whether a request without a token may use the admin: its socket peer is loopback, no proxy is
+        declared (a proxy on this host makes every client look local) and the request names no forwarded
+        client (`FORWARDING_HEADERS`: a proxy sent it; the address it names is never loopback's trust)."""
+        if self.trusted_proxies or any(name in request.headers for name in FORWARDING_HEADERS):
+            return False
+        ip = parse_address(request.client.host) if request.client else None
+        return ip is not None and ip.is_loopback
+
+def host_list(entries: Iterable[str], own: str | None) -> tuple[frozenset[str], bool]:
+    """(the allowed Host names, canonical, with the router's own listen address unless it is a wildcard;
+    whether "*" allows any)."""
+    entries = list(entries)
+    hosts = {_canonical(h) for h in entries if h.strip() and h.strip() != "*"}
+    if _canonical(own or "") not in _WILDCARD_BINDS:
+        hosts.add(_canonical(own or ""))
+    return frozenset(hosts), "*" in entries
+
+
+def host_in(header: str | None, hosts: frozenset[str]) -> bool:
+    name = host_name(header)
+    return name is not None and name in hosts
+
+
+def is_loopback_bind(host: str | None) -> bool:
+    """Whether a listen address reaches only this machine: a loopback address, or ``localhost``."""
+    name = _canonical(host or "")
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 def bearer_token(request: Request) -> str | None:
@@ -202,6 +210,32 @@ def make_host_guard(access: AdminAccess, reject: Callable[[str], None]) -> Calla
     return host_guard
 
 
+def _why_not_local(request: Request, access: AdminAccess) -> str:
+    if access.trusted_proxies:
+        return "; behind a proxy (trusted_proxies is set) the admin always needs the token"
+    sent = [name for name in FORWARDING_HEADERS if name in request.headers]
+    if sent:
+        return f"; this request came through a proxy ({sent[0]}), so it needs the token"
+    return ""
+
+
+def unsafe_admin(config: Any, token: str | None) -> str | None:
+    """Why serving the admin with this config and no token would expose it (None when it would not): a
+    listen address other clients reach, or a declared proxy, through which every client looks local."""
+    if token:
+        return None
+    if config.trusted_proxies:
+        where = f"behind trusted_proxies {config.trusted_proxies} (a proxy makes every client look local)"
+    elif not is_loopback_bind(config.host):
+        where = f"on {config.host!r}, an address other machines reach"
+    else:
+        return None
+    return (f"refusing to serve /admin {where} without a token. Set one, e.g. "
+            "export POLYSPEC_ADMIN_TOKEN=\"$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')\", "
+            "and send it as Authorization: Bearer; or serve without the admin (`polyspec serve --no-admin`); "
+            "docs/operations.md, The admin surface")
+
+
 def make_guard(
     token_getter: Callable[[], str | None],
     access: AdminAccess | None = None,
@@ -223,7 +257,7 @@ def make_guard(
         elif not access.loopback_client(request):
             reject("admin_client")
             raise HTTPException(403, "admin is only served to loopback clients unless POLYSPEC_ADMIN_TOKEN is set"
-                                + (" (behind trusted_proxies: the X-Forwarded-For client)" if access.trusted_proxies else ""))
+                                + _why_not_local(request, access))
         if request.method not in SAFE_METHODS:
             _check_state_change(request, expected, reject)
 

@@ -14,3 +14,17 @@ def fake_replica(registry):
     with BrokenEngine("slow", slow_interval_s=0.01) as fake:
         registry.deploy(None, name="fake-1", url=fake.url, languages=["en"], default=True)
         yield fake
+
+
+ADMIN_TOKEN = "faults-admin-token"
+
+
+@pytest.fixture()
+def with_token(monkeypatch):
+    """POLYSPEC_ADMIN_TOKEN set to `ADMIN_TOKEN` for the test."""
+    from polyspec.core.settings import reset_settings_cache
+
+    monkeypatch.setenv("POLYSPEC_ADMIN_TOKEN", ADMIN_TOKEN)
+    reset_settings_cache()
+    yield ADMIN_TOKEN
+    reset_settings_cache()

@@ -77,13 +77,13 @@ def test_oversized_request_head_gets_431_and_the_router_stays_up(registry_url, s
             assert answer.json()["error"]["code"] == "request_header_too_large"
         else:
             if shape == "many-small-headers":
-                head = b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 100)
+                head = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 100)
                                                                           for i in range(400)) + b"\r\n"
                 pieces = [head]
             elif shape == "long-url":
-                pieces = [b"GET /health?" + b"q" * (2 * LIMIT) + b" HTTP/1.1\r\nHost: x\r\n\r\n"]
+                pieces = [b"GET /health?" + b"q" * (2 * LIMIT) + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"]
             else:  # a slowly growing header, 1 KB at a time: httptools would buffer it all
-                pieces = [b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: "] + [b"s" * 1024] * 40 + [b"\r\n\r\n"]
+                pieces = [b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "] + [b"s" * 1024] * 40 + [b"\r\n\r\n"]
             answer = _raw(router.url, pieces, pause=0.002 if shape == "dribbled-40KB" else 0.0)
             assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
             assert b"request_header_too_large" in answer and b"connection: close" in answer
@@ -102,7 +102,7 @@ def test_heads_under_the_limit_and_large_bodies_pass(registry_url):
         assert resp.status_code == 503 and resp.json()["error"]["code"] == "no_healthy_backend"
         # The read that ends a body (and the request) is body too, even when it is larger than the limit.
         content = b'{"model": "polyspec", "messages": [{"role": "user", "content": "' + b"y" * 60_000 + b'"}]}'
-        head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+        head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\n"
                 b"content-length: %d\r\n\r\n" % len(content))
         answer = _raw(router.url, [head + content[:100], content[100:]], pause=0.2)
         assert answer.startswith(b"HTTP/1.1 503 "), answer[:200]
@@ -113,7 +113,7 @@ def test_heads_under_the_limit_and_large_bodies_pass(registry_url):
         assert _rejected(router.url) == 0
 
 
-@pytest.mark.parametrize("first", [b"", b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"],
+@pytest.mark.parametrize("first", [b"", b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"],
                          ids=["silent-connection", "head-never-ends"])
 def test_slow_request_head_is_closed_after_header_timeout(registry, registry_url, first):
     """Slowloris on headers: a connection that sends part of a head (or nothing) and stalls is closed after

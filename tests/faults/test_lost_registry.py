@@ -204,7 +204,7 @@ def test_hung_registry_never_piles_up_refreshes(fake_replica, registry, registry
             os.replace(copy, path)
             for file in _db_files(path)[1:]:
                 file.unlink(missing_ok=True)
-            assert wait_for(lambda: source.running == 1, 5, 0.01)
+            assert wait_for(lambda: source.running == 1, 5, 0.01), (rt.last_refresh_error, source.calls, rt.table.pools)
             time.sleep(0.5)
             assert source.running == 1  # the timer's refresh is stuck in the registry
             calls = source.calls

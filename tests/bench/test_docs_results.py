@@ -107,8 +107,8 @@ def test_multilingual_comparison_matches_its_records(tmp_path: Path) -> None:
 
 def test_adaptation_page_shows_the_recorded_runs() -> None:
     """docs/adaptation.md's table is bench/report.py's rendering of the committed adaptation.json (regenerate
-    it with `.venv/bin/python bench/report.py docs/results/adaptation.json`), and a recorded run meets issue
-    15's bar: acceptance and tokens/s up, no failed request."""
+    it with `.venv/bin/python bench/report.py docs/results/adaptation.json`), and a recorded run meets the
+    adaptation bar: acceptance and tokens/s up, no failed request."""
     from bench.report import adaptation_md
 
     root = ROOT
@@ -121,7 +121,7 @@ def test_adaptation_page_shows_the_recorded_runs() -> None:
 def test_speed_page_shows_the_recorded_run() -> None:
     """docs/speed.md's table is bench/report.py's rendering of the committed speed_policy.json (regenerate it
     with `.venv/bin/python bench/report.py speed_policy.json`): the run in balanced orders, with its carry-over,
-    the engines' step times and its verdict on issue 14's bar, computed from the figures, met or not."""
+    the engines' step times and its verdict on the speed policy's bar, computed from the figures, met or not."""
     from bench.report import speed_policy_md
 
     root = ROOT
@@ -135,7 +135,7 @@ def test_speed_page_shows_the_recorded_run() -> None:
     for name in ("speed_policy_run1.json", "speed_policy_run2.json"):
         earlier = json.loads((root / "docs" / "benchmarks" / name).read_text())
         assert "carryover" not in earlier and set(earlier["languages"]) >= {"fr", "it"}
-    # session 22's second balanced run (each engine ranked by its own calibration, before engine shapes) is on
+    # the balanced run before it (each engine ranked by its own calibration, before engine shapes) is on
     # the page beside it, and the first one is kept
     previous = json.loads((root / "docs" / "benchmarks" / "speed_policy_run5.json").read_text())
     assert "carryover" in previous and speed_policy_md(previous).strip() in page

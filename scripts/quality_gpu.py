@@ -1,5 +1,5 @@
-"""Issue 16 on the H200: a stronger English base, then per-language drafts and one multilingual draft, every one
-measured on the nine MT-Bench languages over all answers and over non-degenerate answers only.
+"""Issue 16 on the H200: a stronger English base, then per-language drafts, every one measured on the nine
+MT-Bench languages over all answers and over non-degenerate answers only.
 
     python scripts/quality_gpu.py --verifier /tmp/v --pools /tmp/qdata/pools --out /tmp/q --deadline EPOCH
 
@@ -10,8 +10,10 @@ of what is left (PHASES); a phase that no longer fits is skipped and said so in 
   counted (models.degenerate). One 8k-vocabulary draft learns from them, with a learning curve: the base.
   (Session 7's run compared this with sampled, filtered answers and swept the vocabulary; PHASES says why
   those variants are gone. ``samples`` > 0 brings the sampled variant back for a language.)
-- it, fr, de, es: fine-tunes of the base with English replay; ko, zh, ja: from scratch, own vocabulary;
-  ru: answers only (its shipped draft stays); multi: one draft on every language's answers, merged vocabulary.
+- it, fr, de, es: fine-tunes of the base with English replay; ko, zh, ja: from scratch, own vocabulary.
+
+One draft for several languages is the product's: `polyspec train run --languages ... --mix ...`
+(training.multilingual; scripts/multilingual_prep.sh and multilingual_device.sh run it on the GPU machine).
 
 Outputs under --out: eval.json (every record), run.json (data, provenance, dropped answers, training
 summaries), curves.json (the English learning curve), mtbench_answers.json, metrics/*.jsonl, drafts/,
@@ -25,7 +27,6 @@ import os
 import random
 import sys
 import time
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,14 +42,13 @@ COVERAGE_SIZES = (2048, 4096, 8192, 12288, 16384, 32768)
 @dataclass(frozen=True)
 class Phase:
     lang: str
-    mode: str  # "base" (English), "finetune" (from the base), "scratch" (own vocabulary), "collect" (answers
-    #            only, for the multilingual draft) or "multi" (one draft on every language's answers)
+    mode: str  # "base" (English), "finetune" (from the base) or "scratch" (own vocabulary)
     gen: float  # shares of the time left after the evaluator is ready
     train: float
     samples: int = 0  # sampled answers per prompt beside the greedy one; 0: greedy (the serving decoding) only
     replay: float = 0.0  # English replay rows per target row
     lr: float = 3e-4
-    pool_cap: int | None = None  # answer at most this many pool prompts (one batch), e.g. only what multi needs
+    pool_cap: int | None = None  # answer at most this many pool prompts (one batch)
 
 
 # Session 7 compared the recipes at equal steps (docs/results.md section 11): greedy answers, the serving
@@ -64,24 +64,10 @@ PHASES = (
     Phase("ko", "scratch", 0.03, 0.045, replay=0.5, lr=5e-4),
     Phase("zh", "scratch", 0.03, 0.045, replay=0.5, lr=5e-4),
     Phase("ja", "scratch", 0.03, 0.045, replay=0.5, lr=5e-4),
-    Phase("ru", "collect", 0.02, 0.0),
-    Phase("multi", "multi", 0.0, 0.08, lr=5e-4),
 )
 # Each phase also evaluates its draft on nine languages and saves it (about 20 s, outside its shares): session 8's
 # run planned 90 % of the time for gen + train, overran, and skipped ja and ru.
-# --plan multi: the drafts of run 3 are shipped; this run answers every language's pool at once (COLLECT_CAP
-# prompts each, one mixed batch stream: run 4's eight one-language phases spent about 43 s each, mostly on the 256
-# sequential decode steps that a batch of any size takes) and trains the multilingual draft on the answers.
-COLLECT_CAP = 1000
-MULTI_LANGS = ("en", "fr", "de", "es", "it", "ru", "zh", "ja", "ko")
-PHASES_MULTI = (
-    Phase("all", "collect_all", 0.30, 0.0, pool_cap=COLLECT_CAP),
-    Phase("multi", "multi", 0.0, 0.70, lr=5e-4),
-)
-PLANS = {"full": PHASES, "multi": PHASES_MULTI}
 PLAN_SHARE = 0.8
-MULTI_VOCAB = 12288  # the largest sweep size under the 25 MB limit (24.5 MB)
-MULTI_ROWS_PER_LANG = 1500  # equal weight per language: English answers outnumber the rest 5 to 1
 
 
 class Run:
@@ -110,7 +96,6 @@ class Run:
         self.curves: list[dict] = []
         self.base_dir: Path | None = None
         self.en_rows: list[dict] = []
-        self.lang_rows: dict[str, list[dict]] = {}  # greedy answers per language, for the multilingual draft
         self.shipped_done = False
         # lm_head stays home (rebuilt on arrival from the verifier) only if both sides hold the same verifier
         embed = self.model.get_input_embeddings().weight.detach().to("cpu")
@@ -188,7 +173,6 @@ class Run:
         decodings = [GREEDY] + ([Decoding(**{**SAMPLED.to_json(), "samples": phase.samples})] if phase.samples else [])
         rows, stats = q.answer_pool(self.model, self.tok, pool, decodings, seconds, self.max_new,
                                     max_prompt_tokens=512, chunk_rows=self.args.chunk_rows)
-        self.lang_rows[phase.lang] = [r for r in rows if r["decoding"] == "greedy"]
         stats["examples"] = q.examples(self.tok, rows)
         q.log(f"{phase.lang}: {stats['prompts_taken']} prompts, " + ", ".join(
             f"{k} {v['answers']} answers ({v['degenerate_dropped']} degenerate, {v['tokens_per_s']} tok/s)"
@@ -313,70 +297,6 @@ def phase_lang(run: Run, phase: Phase, gen_s: float, train_s: float) -> None:
     run.save()
 
 
-def phase_collect(run: Run, phase: Phase, gen_s: float, train_s: float) -> None:
-    """Answers only (a language whose shipped draft stays), for the multilingual draft."""
-    rows, stats = run.answers(phase, gen_s)
-    if phase.lang == "en":
-        run.en_rows = rows  # the English replay of a later from-scratch phase
-    run.info["phases"][phase.lang] = {"answers": stats, "groups": {f"{phase.lang}-greedy": data_summary(rows)}}
-    run.save()
-
-
-def phase_collect_all(run: Run, phase: Phase, gen_s: float, train_s: float) -> None:
-    """Greedy answers for every language in one stream of mixed batches, for the multilingual draft."""
-    from polyspec.training.decoding import GREEDY
-
-    pool = [r for lang in MULTI_LANGS
-            for r in q.read_pool(Path(run.args.pools) / f"{lang}.jsonl.gz", 24 if run.smoke else phase.pool_cap)]
-    rows, stats = q.answer_pool(run.model, run.tok, pool, [GREEDY], gen_s, run.max_new, max_prompt_tokens=512,
-                                chunk_rows=run.args.chunk_rows)
-    info: dict[str, Any] = {"answers": stats, "groups": {}}
-    for lang in MULTI_LANGS:
-        mine = [r for r in rows if r["lang"] == lang]
-        run.lang_rows[lang] = mine
-        info["groups"][f"{lang}-greedy"] = {**data_summary(mine), "degenerate": sum(r["degenerate"] for r in mine)} \
-            if mine else {"rows": 0}
-    run.en_rows = run.lang_rows["en"]
-    q.log("answers: " + ", ".join(f"{lang} {len(run.lang_rows[lang])}" for lang in MULTI_LANGS)
-          + f" in {stats['seconds']}s")
-    run.info["phases"]["all"] = info
-    run.save()
-
-
-def merged_vocab(run: Run, per_lang: dict[str, list[dict]], size: int) -> list[int]:
-    """Round robin over the languages' own rankings (non-degenerate answers), so that no script crowds out
-    another; English top tokens fill what is left."""
-    from polyspec.models.vocab_ref import english_top_token_ids
-    from polyspec.training.vocab import count_tokens, rank_with_topup
-
-    ranked = [[t for t, _ in sorted(count_tokens([r for r in rows if not r["degenerate"]]).items(),
-                                    key=lambda kv: (-kv[1], kv[0]))] for rows in per_lang.values()]
-    interleaved = [ids[depth] for depth in range(max(map(len, ranked))) for ids in ranked if depth < len(ids)]
-    return rank_with_topup(Counter(), size, [interleaved, english_top_token_ids(run.verifier.path, size)],
-                           run.verifier.vocab_size)
-
-
-def phase_multi(run: Run, phase: Phase, gen_s: float, train_s: float) -> None:
-    """One draft for every language answered in this run, from scratch, merged vocabulary, equal rows per language."""
-    from polyspec.training.stream_fit import Job
-
-    per_lang = {lang: random.Random(7).sample(rows, min(MULTI_ROWS_PER_LANG, len(rows)))
-                for lang, rows in run.lang_rows.items() if rows}
-    if len(per_lang) < 2:
-        run.info["phases"]["multi"] = {"error": f"answers for {sorted(per_lang)} only"}
-        return
-    rows = [r for rs in per_lang.values() for r in rs]
-    groups = {"multi-greedy": rows}
-    info = {"languages": sorted(per_lang), "rows_per_language": {k: len(v) for k, v in per_lang.items()},
-            "groups": {"multi-greedy": data_summary(rows)}}
-    run.info["phases"]["multi"] = info
-    job = Job("multi-greedy-v12k", run.new_draft(merged_vocab(run, per_lang, MULTI_VOCAB)), "multi-greedy", phase.lr)
-    info["train"] = run.train(phase, groups, [job], train_s)
-    run.save_draft(job, {"role": "multilingual", "target_language": "multi", "mode": "from-scratch",
-                         "data_group": "multi-greedy", "languages": sorted(per_lang)}, job.name)
-    run.save()
-
-
 def main(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--verifier", required=True)
@@ -387,17 +307,13 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--embed-sha256", default="", help="the CPU side's verifier embedding hash (quality_lib.tensor_sha256)")
     ap.add_argument("--chunk-rows", type=int, default=int(os.environ.get("Q_CHUNK_ROWS", "1024")))
-    ap.add_argument("--plan", choices=sorted(PLANS), default="full", help="full: base, fine-tunes, multi; "
-                    "multi: answers for every language, then the multilingual draft")
     ap.add_argument("--langs", default=None, help="only these phases of the plan (default: all of them)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks every code path in a minute")
     args = ap.parse_args(argv)
     run = Run(args)
     run.setup_eval()
     run.save()
-    plan = PLANS[args.plan]
-    phases = [p for p in plan if args.langs is None or p.lang in args.langs.split(",")]
-    run.info["plan"] = args.plan
+    phases = [p for p in PHASES if args.langs is None or p.lang in args.langs.split(",")]
     start_left = run.left()
     share_total = sum(p.gen + p.train for p in phases)
     for n, phase in enumerate(phases):
@@ -416,7 +332,7 @@ def main(argv: list[str]) -> None:
             continue
         q.log(f"phase {phase.lang}: gen {gen_s:.0f}s, train {train_s:.0f}s, {run.left():.0f}s left")
         try:
-            {"base": phase_en, "collect": phase_collect, "collect_all": phase_collect_all, "multi": phase_multi}.get(phase.mode, phase_lang)(
+            {"base": phase_en}.get(phase.mode, phase_lang)(
                 run, phase, gen_s, train_s)
         except Exception as exc:  # noqa: BLE001 - a failed phase is reported; later ones still run
             import traceback

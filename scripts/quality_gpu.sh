@@ -7,7 +7,7 @@
 #                                                 #   then the run in the background, ending SECONDS from now; waits
 #                                                 #   WAIT s (530) from the call's start
 #   bash scripts/quality_gpu.sh wait SECONDS      # later calls: wait, then bring back what is new
-#   (Q_PLAN=multi: scripts/quality_gpu.py --plan multi; Q_LANGS: only those phases)
+#   (Q_LANGS: only those phases; one draft for several languages: scripts/multilingual_device.sh)
 #   bash scripts/quality_gpu.sh ship              # (carry .qship) hand the stripped shipped drafts to the run
 #
 # The run lives in /tmp/q and outlives each call (setsid); every call ends with `collect`: run state (eval,
@@ -80,11 +80,9 @@ launch)
   deadline=$(( start + arg ))
   # only the languages whose pools were carried (session 7 carried en, it, ko and forgot --langs: the other
   # phases failed on the missing pools and their share of the time went unused)
-  # plus the multilingual phase, which has no pool of its own (session 9's run left it out this way)
-  langs=${Q_LANGS:-$(cd /tmp/qdata/pools && ls *.jsonl.gz | sed 's/\.jsonl\.gz$//' | paste -sd, -),multi}
-  echo "plan ${Q_PLAN:-full}, languages: $langs"
+  langs=${Q_LANGS:-$(cd /tmp/qdata/pools && ls *.jsonl.gz | sed 's/\.jsonl\.gz$//' | paste -sd, -)}
+  echo "languages: $langs"
   setsid nohup python3 scripts/quality_gpu.py --verifier /tmp/v --pools /tmp/qdata/pools --out $Q/run --langs "$langs" \
-    --plan "${Q_PLAN:-full}" \
     --deadline $deadline --shipped $Q/shipped --embed-sha256 "${3:-}" >> $Q/run/log.txt 2>&1 < /dev/null &
   echo "launched pid $! deadline $deadline ($(( deadline - $(date +%s) ))s from now)"
   arg=${4:-530}

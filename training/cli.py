@@ -28,7 +28,9 @@ app = PolyspecTyper(help="Train per-language Eagle3 drafts: prompts -> answers -
 
 def _print_result(summaries: dict[str, Any], run: Any, as_json: bool) -> None:
     if as_json:
-        typer.echo(json.dumps({"run_id": run.run_id, "dir": str(run.root), "stages": summaries}, default=str))
+        summary = run.root / "summary.json"
+        typer.echo(json.dumps({"run_id": run.run_id, "dir": str(run.root), "stages": summaries,
+                               "summary": json.loads(summary.read_text()) if summary.is_file() else None}, default=str))
         return
     typer.echo(f"run {run.run_id}: {run.root}")
 
@@ -82,9 +84,12 @@ def _run_command(*, until: Optional[str] = None, redo: Optional[list[str]] = Non
     if gpus is not None or launcher == "torchrun":
         return _launch(gpus, until, redo or [], json_out, knobs)
     from polyspec.training.pipeline import run_pipeline
+    from polyspec.training.run_guard import discard_on_input_error
 
+    fresh = not knobs.get("resume")
     run = _open_or_create(**knobs)
-    summaries = run_pipeline(run, stages=_stages_for(until), redo=redo or ())
+    with discard_on_input_error(run, fresh):
+        summaries = run_pipeline(run, stages=_stages_for(until), redo=redo or ())
     _print_result(summaries, run, json_out)
 
 
@@ -100,12 +105,16 @@ def _launch(gpus: Optional[int], until: Optional[str], redo: list[str], json_out
         chosen["n"] = gpus if gpus is not None else distributed.default_nproc(config.device)
         distributed.check_nproc(chosen["n"], config.device)
 
+    from polyspec.training.run_guard import discard_on_input_error
+
+    fresh = not knobs.get("resume")
     run = _open_or_create(check=check, **knobs)
     for stage in redo:  # here, once: the workers only resume
         redo_stage(run, stage)
     args = ["train", "run", "--run-id", run.run_id, "--resume", *(["--until", until] if until else []),
             *(["--json"] if json_out else [])]
-    distributed.launch(chosen["n"], args, run.run_id)  # rank 0 prints the result
+    with discard_on_input_error(run, fresh):
+        distributed.launch(chosen["n"], args, run.run_id)  # rank 0 prints the result
 
 
 def _run_worker(until: Optional[str], redo: list[str], json_out: bool, knobs: dict[str, Any]) -> None:
@@ -113,6 +122,7 @@ def _run_worker(until: Optional[str], redo: list[str], json_out: bool, knobs: di
     from polyspec.training import distributed
     from polyspec.training.pipeline import run_pipeline
     from polyspec.training.fit import resolve_device
+    from polyspec.training.run_guard import note_input_error
     from polyspec.training.runs import Run
 
     resume = knobs.get("resume")
@@ -121,7 +131,8 @@ def _run_worker(until: Optional[str], redo: list[str], json_out: bool, knobs: di
     try:
         run_id = world.broadcast(_open_or_create(**knobs).run_id if world.lead else None)
         run = Run.open(run_id)
-        summaries = run_pipeline(run, stages=_stages_for(until), redo=redo if world.lead else (), world=world)
+        with note_input_error(run, world.lead):
+            summaries = run_pipeline(run, stages=_stages_for(until), redo=redo if world.lead else (), world=world)
         if world.lead:
             _print_result(summaries, run, json_out)
     finally:

@@ -26,11 +26,18 @@ FIELDS: dict[str, str] = {
     "eval_method": "eval.method", "eval_languages": "eval.languages",
     "eval_max_questions": "eval.mtbench_max_questions", "eval_max_new_tokens": "eval.max_new_tokens",
     "register": "registration.enabled", "draft_name": "registration.draft_name",
+    "eval_turns": "eval.mtbench_turns",
 }
+MIX_FLAGS = ("languages", "mix", "coverage_target")  # one RunConfig.mix, resolved by training.multilingual
 
 
 def knob_signature_source(
     language: Optional[str] = typer.Argument(None, help="Target language (ISO 639-1, e.g. fr)."),
+    languages: Optional[str] = typer.Option(None, "--languages", help="One draft for several languages: en,fr,de,..."),
+    mix: Optional[str] = typer.Option(None, "--mix", help="With --languages: equal | traffic (the registry's live "
+                                      "requests) | LANG=WEIGHT,... summing to 1."),
+    coverage_target: Optional[float] = typer.Option(None, "--coverage-target", help="Share of each language's "
+                                                    "answer tokens the merged vocabulary must hold (default 0.95)."),
     prompts: Optional[list[Path]] = typer.Option(None, "--prompts", help="Prompt JSONL file (repeatable)."),
     parent: Optional[str] = typer.Option(None, "--from", help="Parent draft: directory or registry NAME[@VERSION]."),
     mode: Optional[str] = typer.Option(None, help="finetune | from-scratch | from-scratch-custom-vocab."),
@@ -66,6 +73,7 @@ def knob_signature_source(
     eval_languages: Optional[str] = typer.Option(None, help="MT-Bench languages, e.g. en,fr (default: target + served)."),
     eval_max_questions: Optional[int] = typer.Option(None, help="MT-Bench questions per language."),
     eval_max_new_tokens: Optional[int] = typer.Option(None, help="Tokens generated per evaluation prompt."),
+    eval_turns: Optional[str] = typer.Option(None, help="MT-Bench turns, e.g. 1,2 (default 1)."),
     register: Optional[bool] = typer.Option(None, "--register/--no-register", help="Record the candidate in the registry."),
     draft_name: Optional[str] = typer.Option(None, help="Registry name of the candidate."),
     seed: Optional[int] = typer.Option(None, help="Seed for splits, sampling and initialisation."),
@@ -90,6 +98,8 @@ def _set(tree: "dict[str, Any]", dotted: str, value: Any) -> None:
 
 def _convert(name: str, value: Any) -> Any:
     if name == "aux_layers":
+        return [int(x) for x in str(value).split(",") if x.strip()]
+    if name == "eval_turns":
         return [int(x) for x in str(value).split(",") if x.strip()]
     if name == "eval_languages":
         return [x.strip() for x in str(value).split(",") if x.strip()]
@@ -116,7 +126,24 @@ def knobs_to_config(knobs: dict[str, Any], saved: Any = None) -> Any:
         value = knobs.get(name)
         if value is not None and value != []:
             _set(tree, dotted, _convert(name, value))
+    _set_mix(tree, knobs)
     if not tree.get("language"):
         raise typer.BadParameter("give the target LANGUAGE (e.g. `polyspec train run fr --prompts FILE`)")
     tree["run_id"] = knobs.get("run_id") or tree.get("run_id") or default_run_id(tree["language"], tree.get("mode", "finetune"))
     return RunConfig.model_validate(tree)
+
+
+def _set_mix(tree: "dict[str, Any]", knobs: dict[str, Any]) -> None:
+    """--languages / --mix / --coverage-target: a multilingual run (language ``mul``), from scratch on a merged
+    vocabulary unless --from names a parent to grow."""
+    from polyspec.training.config import MULTILINGUAL
+    from polyspec.training.multilingual import MixError, parse_mix
+
+    mix = parse_mix(*(knobs.get(name) for name in MIX_FLAGS))
+    if mix is None:
+        return
+    if knobs.get("language") not in (None, MULTILINGUAL):
+        raise MixError(f"give either a LANGUAGE ({knobs['language']}) or --languages, not both")
+    tree["mix"], tree["language"] = mix, MULTILINGUAL
+    if not knobs.get("mode") and "mode" not in tree:
+        tree["mode"] = "finetune" if tree.get("parent_draft") else "from-scratch-custom-vocab"

@@ -11,7 +11,9 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from polyspec.core.languages import MULTILINGUAL  # the language of a run over several languages
 
 Mode = Literal["finetune", "from-scratch", "from-scratch-custom-vocab"]
 VocabSource = Literal["parent", "english", "data"]
@@ -95,9 +97,52 @@ class EvalConfig(_Strict):
     method: Literal["offline", "vllm"] = "offline"
     languages: list[str] | None = Field(default=None, description="MT-Bench languages; None = target + served.")
     mtbench_max_questions: int | None = Field(default=None, ge=1, description="None = all 80 per language.")
+    mtbench_turns: list[int] = Field(default=[1], min_length=1, description="[1, 2]: MT-Bench-160 (both turns).")
     heldout_max_prompts: int | None = Field(default=None, ge=1)
     max_new_tokens: int = Field(default=256, ge=1)
     evaluate_parent: bool = Field(default=True, description="Measure the parent draft on the same prompts.")
+
+
+class MixConfig(_Strict):
+    """A multilingual run: the languages of one draft, how much of each, and the vocabulary coverage each needs.
+
+    ``weights`` is the mixture, as given (``explicit``) or resolved when the run was made (``equal``, or
+    ``traffic``: the registry's live request counts, kept in ``traffic_requests``); it decides each language's
+    share of the training prompts. ``coverage_target``: the share of each language's verifier answer tokens the
+    merged draft vocabulary must hold (models.coverage.merge_vocab).
+    """
+
+    languages: list[str] = Field(min_length=2, description="ISO 639 codes of the languages the draft serves.")
+    source: Literal["equal", "traffic", "explicit"] = "equal"
+    weights: dict[str, float] = Field(description="Share of the training prompts per language (sums to 1).")
+    traffic_requests: dict[str, int] | None = Field(default=None, description="Live requests behind source=traffic.")
+    coverage_target: float = Field(default=0.95, gt=0, le=1)
+
+    @field_validator("languages")
+    @classmethod
+    def _distinct(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"languages listed twice: {sorted({v for v in value if value.count(v) > 1})}")
+        return value
+
+    @model_validator(mode="after")
+    def _weights_ok(self) -> MixConfig:
+        check_weights(self.weights, self.languages)
+        return self
+
+
+def check_weights(weights: dict[str, float], languages: list[str]) -> None:
+    """Mixture weights: one per language, none negative, summing to 1 (within 1e-6)."""
+    negative = {lang: w for lang, w in weights.items() if w < 0}
+    if negative:
+        raise ValueError(f"mixture weights must not be negative: {negative}")
+    extra, missing = sorted(set(weights) - set(languages)), sorted(set(languages) - set(weights))
+    if extra or missing:
+        raise ValueError(f"mixture weights must name exactly the run's languages"
+                         f"{f'; not in --languages: {extra}' if extra else ''}{f'; missing: {missing}' if missing else ''}")
+    total = sum(weights.values())
+    if abs(total - 1.0) > 1e-6:
+        raise ValueError(f"mixture weights must sum to 1, they sum to {total:.6g}: {weights}")
 
 
 class RegisterConfig(_Strict):
@@ -122,6 +167,7 @@ class RunConfig(_Strict):
     fit: FitConfig = Field(default_factory=FitConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     registration: RegisterConfig = Field(default_factory=RegisterConfig)
+    mix: MixConfig | None = Field(default=None, description="Several languages in one draft (language 'mul').")
 
     @field_validator("run_id")
     @classmethod
@@ -136,6 +182,17 @@ class RunConfig(_Strict):
         if not re.fullmatch(r"[a-z]{2,3}", value):
             raise ValueError(f"language must be an ISO 639 code like 'fr', got {value!r}")
         return value
+
+    @model_validator(mode="after")
+    def _mix_ok(self) -> RunConfig:
+        if self.mix is not None and self.language != MULTILINGUAL:
+            raise ValueError(f"a run over several languages has language {MULTILINGUAL!r}, got {self.language!r}")
+        return self
+
+    @property
+    def languages(self) -> list[str]:
+        """The languages the draft is for: the mixture's, or the one target language."""
+        return list(self.mix.languages) if self.mix is not None else [self.language]
 
     @property
     def vocab_source(self) -> VocabSource:

@@ -50,3 +50,7 @@ class EngineError(TrainingError, Unavailable):
 
 class PlanError(TrainingError, InvalidInput):
     """The registry holds no usable add-language plan for that language."""
+
+
+class WorkerInputError(TrainingError, InvalidInput):
+    """A torchrun worker refused the run's input; the message is the worker's."""

@@ -26,6 +26,8 @@ def eval_languages(cfg: RunConfig) -> list[str]:
     """The configured list, else the target language plus the languages the registry serves now."""
     if cfg.eval.languages is not None:
         wanted = list(cfg.eval.languages)
+    elif cfg.mix is not None:
+        wanted = list(cfg.mix.languages)
     else:
         wanted = [cfg.language, *served_languages()]
     available = set(mtbench_languages())
@@ -48,22 +50,33 @@ def served_languages() -> list[str]:
     return sorted({lang for view in views for lang in view.languages})
 
 
-def _heldout_items(prompts_dir: Path, language: str, limit: int | None) -> list[BenchPrompt]:
-    """The run's held-out prompts as one-turn benchmark items (the last user turn of each conversation)."""
-    rows = read_jsonl(prompts_dir / "heldout.jsonl")
+def _heldout_items(prompts_dir: Path, cfg: RunConfig) -> list[BenchPrompt]:
+    """The run's held-out prompts as one-turn benchmark items (the last user turn of each conversation); a
+    multilingual run's per language, each language's own split."""
+    from polyspec.training.multilingual import heldout_by_language
+
+    rows, limit = read_jsonl(prompts_dir / "heldout.jsonl"), cfg.eval.heldout_max_prompts
+    if cfg.mix is not None:
+        return [BenchPrompt(f"heldout-{lang}-{i}", lang, "heldout", 1, t)
+                for lang, texts in heldout_by_language(rows, limit).items() for i, t in enumerate(texts)]
     texts = [next(m["content"] for m in reversed(r["messages"]) if m["role"] == "user") for r in rows]
     texts = texts[:limit] if limit else texts
-    return [BenchPrompt(f"heldout-{i}", language, "heldout", 1, t) for i, t in enumerate(texts)]
+    return [BenchPrompt(f"heldout-{i}", cfg.language, "heldout", 1, t) for i, t in enumerate(texts)]
 
 
 def _measure_offline(drafts: list[DraftChoice], verifier: Any, items: dict[str, list[BenchPrompt]], cfg: RunConfig,
-                     device: str) -> dict[str, dict[str, dict[str, AcceptanceResult]]]:
-    """role -> bench -> language -> result, every draft scored on the same verifier answers (teacher-forced)."""
+                     device: str) -> tuple[dict[str, dict[str, dict[str, AcceptanceResult]]], list[dict[str, Any]]]:
+    """role -> bench -> language -> result, every draft scored on the same verifier answers (teacher-forced);
+    and the figures over all answers and over non-degenerate ones (training.eval_api.figures), per bench."""
+    from dataclasses import asdict
+
+    from polyspec.models.degenerate import answer_shape
+    from polyspec.training.eval_api import Answer, figures
     from polyspec.training.eval_offline import score_offline
 
     keys = [(bench, it) for bench, its in items.items() for it in its]
     if not keys:
-        return {d.name: {} for d in drafts}
+        return {d.name: {} for d in drafts}, []
     options = EvalOptions(k=cfg.eval.k, max_new_tokens=cfg.eval.max_new_tokens, device=device)
     scored, _ = score_offline(drafts, verifier, [it for _, it in keys], options)
     out: dict[str, dict[str, dict[str, AcceptanceResult]]] = {}
@@ -73,7 +86,13 @@ def _measure_offline(drafts: list[DraftChoice], verifier: Any, items: dict[str, 
             grouped.setdefault(bench, {}).setdefault(it.language or cfg.language, []).append(per[d.name])
         out[d.name] = {bench: {lang: AcceptanceResult.of_details(det, cfg.eval.k) for lang, det in per_lang.items()}
                        for bench, per_lang in grouped.items()}
-    return out
+    answers: dict[tuple[str, str], list[Any]] = {}
+    for (bench, it), (ids, per) in zip(keys, scored, strict=True):
+        lang = it.language or cfg.language
+        answers.setdefault((bench, lang), []).append(Answer(it, lang, answer_shape(ids), per))
+    rows = [{"benchmark": bench, **asdict(row)} for (bench, lang), group in sorted(answers.items())
+            for d in drafts for row in figures(d.name, lang, group, cfg.eval.k)]
+    return out, rows
 
 
 def run_evaluation(out_dir: Path, cfg: RunConfig, verifier_path: Path, candidate: Path, baseline: Path | None,
@@ -81,13 +100,14 @@ def run_evaluation(out_dir: Path, cfg: RunConfig, verifier_path: Path, candidate
     from polyspec.training.evaluate import evaluate_vllm, verifier_info
 
     languages = eval_languages(cfg)
-    mtbench = load_mtbench(languages, limit=cfg.eval.mtbench_max_questions) if languages else {}
-    items = {"heldout": _heldout_items(prompts_dir, cfg.language, cfg.eval.heldout_max_prompts)}
+    mtbench = load_mtbench(languages, turns=cfg.eval.mtbench_turns, limit=cfg.eval.mtbench_max_questions) \
+        if languages else {}
+    items = {"heldout": _heldout_items(prompts_dir, cfg)}
     if cfg.eval.method == "offline":
         items["mtbench"] = [it for its in mtbench.values() for it in its]
     paths = {"candidate": candidate, **({"baseline": baseline} if baseline and cfg.eval.evaluate_parent else {})}
     drafts = [DraftChoice(name=role, path=Path(path)) for role, path in paths.items()]
-    results = _measure_offline(drafts, verifier_info(verifier_path), items, cfg, device)
+    results, rows = _measure_offline(drafts, verifier_info(verifier_path), items, cfg, device)
     for role, path in paths.items():
         results[role].setdefault("heldout", {})
         results[role].setdefault("mtbench", {})
@@ -97,14 +117,20 @@ def run_evaluation(out_dir: Path, cfg: RunConfig, verifier_path: Path, candidate
                                                      limit=cfg.eval.mtbench_max_questions)
     serial = {role: {bench: {lang: r.to_dict() for lang, r in per.items()} for bench, per in benches.items()}
               for role, benches in results.items()}
-    atomic_write_json(out_dir / "results.json", {"method": cfg.eval.method, "k": cfg.eval.k, "results": serial})
+    atomic_write_json(out_dir / "results.json", {"method": cfg.eval.method, "k": cfg.eval.k, "results": serial,
+                                                 "mtbench_turns": cfg.eval.mtbench_turns, "figures": rows})
     _print(results)
-    return _summary(serial)
+    return _summary(serial, rows)
 
 
-def _summary(serial: dict[str, Any]) -> dict[str, Any]:
-    return {role: {bench: {lang: _round(r["mean_acceptance_length"]) for lang, r in per.items()}
-                   for bench, per in benches.items()} for role, benches in serial.items()}
+def _summary(serial: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {role: {bench: {lang: _round(r["mean_acceptance_length"]) for lang, r in per.items()}
+                                  for bench, per in benches.items()} for role, benches in serial.items()}
+    for row in rows:  # the non-degenerate answers' figure beside each: offline method only
+        if row["subset"] != "all":
+            out.setdefault(f"{row['draft']}_{row['subset']}", {}).setdefault(row["benchmark"], {})[row["language"]] = \
+                _round(row["mean_acceptance_length"])
+    return out
 
 
 def _round(value: float | None) -> float | None:

@@ -108,6 +108,10 @@ def _prompts(ctx: Context) -> dict[str, Any]:
 
     cfg = ctx.run.config
     files = [*cfg.prompts.files, *(r.path for r in cfg.prompts.replay)]
+    if cfg.mix is not None:
+        from polyspec.training.multilingual import build_mix_prompts
+
+        return run_stage(ctx.run, "prompts", lambda out: build_mix_prompts(out, cfg), files)
     return run_stage(ctx.run, "prompts", lambda out: build_prompts(out, cfg.language, cfg.prompts, cfg.seed), files)
 
 
@@ -144,11 +148,13 @@ def _hidden(ctx: Context) -> dict[str, Any]:
 
 
 def _vocab(ctx: Context) -> dict[str, Any]:
+    from polyspec.training.multilingual import build_mix_vocab
     from polyspec.training.vocab import build_vocab
 
     answers = _marker(ctx, "answers")
     inputs = [answers, *([ctx.parent / "model.safetensors"] if ctx.parent else [])]
-    body = lambda out: build_vocab(  # noqa: E731
+    build = build_mix_vocab if ctx.run.config.mix is not None else build_vocab
+    body = lambda out: build(  # noqa: E731
         out, answers.parent / "answers.jsonl", ctx.run.config, ctx.verifier, ctx.parent, ctx.aux_layer_ids)
     return run_stage(ctx.run, "vocab", body, inputs)
 
@@ -219,8 +225,37 @@ def run_pipeline(run: Run, stages: Iterable[str] | None = None, redo: Iterable[s
         redo_stage(run, stage)
     ctx = make_context(run, home, world)
     if world is not None:
-        return _run_distributed(ctx, [s for s in STAGES if s in wanted])
-    return {stage: RUNNERS[stage](ctx) for stage in STAGES if stage in wanted}
+        summaries = _run_distributed(ctx, [s for s in STAGES if s in wanted])
+    else:
+        summaries = {stage: RUNNERS[stage](ctx) for stage in STAGES if stage in wanted}
+    if world is None or world.lead:
+        write_run_summary(run, ctx.device, world.size if world is not None else None)
+    return summaries
+
+
+def write_run_summary(run: Run, device: str, world_size: int | None = None) -> dict[str, Any]:
+    """runs/RUN_ID/summary.json: the languages, seconds per stage on which device, data per language,
+    vocabulary coverage per language and the evaluation, from the stage markers."""
+    from polyspec.core.atomic import atomic_write_json
+
+    cfg = run.config
+    prompts, vocab = run.summary("prompts"), run.summary("vocab")
+    out = {
+        "run_id": run.run_id, "languages": cfg.languages, "mode": cfg.mode, "device": _device_name(device),
+        "workers": world_size, "seconds": {s["stage"]: s["seconds"] for s in run.status() if s["seconds"] is not None},
+        "data": prompts.get("languages") or {cfg.language: {k: prompts.get(k) for k in ("train", "heldout")}},
+        "coverage": vocab.get("coverage"), "evaluation": run.summary("evaluate") or None,
+    }
+    atomic_write_json(run.root / "summary.json", out)
+    return out
+
+
+def _device_name(device: str) -> str:
+    if device.startswith("cuda"):
+        import torch
+
+        return f"cuda ({torch.cuda.get_device_name(torch.cuda.current_device())}, bf16)"
+    return device
 
 
 def _run_distributed(ctx: Context, stages: list[str]) -> dict[str, dict[str, Any]]:

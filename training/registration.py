@@ -47,6 +47,7 @@ def provenance(run: Any, summaries: dict[str, Any], parent_ref: str | None, pare
         "vocab": summaries.get("vocab"),
         "fit": summaries.get("fit"),
         "parent": {"ref": parent_ref, "path": str(parent_path) if parent_path else None},
+        "mix": cfg.mix.model_dump(mode="json") if cfg.mix is not None else None,
         "config": cfg.model_dump(mode="json"),
     }
 
@@ -78,7 +79,7 @@ def register_candidate(run: Any, verifier_name: str, draft_dir: Path, results: d
         else:
             location = durable_copy(draft_dir, home, cfg.run_id)
             record = reg.import_draft(
-                location, verifier=verifier_name, name=name, languages=[cfg.language], domain=cfg.domain,
+                location, verifier=verifier_name, name=name, languages=cfg.languages, domain=cfg.domain,
                 k=cfg.eval.k, parent=parent_ref, provenance=provenance(run, summaries, parent_ref, parent_path),
             )
             _add_evaluations(reg, record.ref, results.get("candidate", {}), cfg)

@@ -244,7 +244,8 @@ def redo(run: Run, stage: str) -> None:
 
 
 # The knobs each reusable stage's output depends on (cumulative: a stage also needs the earlier ones).
-_STAGE_KNOBS = {"prompts": ("language", "seed", "prompts"), "answers": ("verifier", "answers"), "hidden-states": ("hidden",)}
+_STAGE_KNOBS = {"prompts": ("language", "seed", "prompts", "mix"), "answers": ("verifier", "answers"),
+               "hidden-states": ("hidden",)}
 
 
 def reuse_stages(run: Run, source: Run, stages: Iterable[str] = ("prompts", "answers", "hidden-states")) -> list[str]:
@@ -256,7 +257,7 @@ def reuse_stages(run: Run, source: Run, stages: Iterable[str] = ("prompts", "ans
     wanted = [s for s in STAGES if s in set(stages)]
     if wanted != list(STAGES[: len(wanted)]):
         raise ValueError(f"reuse needs a prefix of {STAGES[:3]}, got {wanted}")
-    a, b = source.config.model_dump(mode="json"), run.config.model_dump(mode="json")
+    a, b = _data_view(source.config), _data_view(run.config)
     reused = []
     for stage in wanted:
         if stage not in _STAGE_KNOBS:
@@ -275,8 +276,17 @@ def reuse_stages(run: Run, source: Run, stages: Iterable[str] = ("prompts", "ans
     return reused
 
 
+def _data_view(config: RunConfig) -> dict[str, Any]:
+    """The config as the data stages see it: a mixture's coverage target shapes only the vocabulary."""
+    tree = config.model_dump(mode="json")
+    if tree.get("mix"):
+        tree["mix"] = {k: v for k, v in tree["mix"].items() if k != "coverage_target"}
+    return tree
+
+
 def _link_or_copy(src: str, dst: str) -> None:
     try:
         os.link(src, dst)
     except OSError:
         shutil.copy2(src, dst)
+

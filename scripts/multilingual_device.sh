@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The 18-language draft on the GPU machine: `polyspec train run --run-id multi18 --resume --gpus 1` (torchrun, NCCL,
+# bf16) on the run whose prompts stage scripts/multilingual_prep.sh made here. Calls of at most 10 minutes:
+#
+#   bash scripts/multilingual_device.sh prep     # call 1 (carry .device/m1 .device/whl): wheels, the package
+#                                                #   (scripts/quality_gpu.sh prep nosmoke)
+#   bash scripts/multilingual_device.sh verifier # call 2 (carry .device/m2 .device/whl2): CLI wheels, the verifier
+#   bash scripts/multilingual_device.sh go WAIT  # call 3 (carry .device/p37): the run in the background; waits WAIT s
+#   bash scripts/multilingual_device.sh wait WAIT  # later calls: wait, then bring back what is new
+#
+# A device call from a checkout with the shipped drafts is over the 64 MiB that travels: untrack them for the
+# calls (`git rm -q -r --cached models/drafts` plus `/models/drafts/` in .git/info/exclude; afterwards
+# `git reset -q -- models/drafts` and drop the exclude line). Back under $OUT: the run's --json output and log,
+# summary.json (seconds per stage, coverage, acceptance), the evaluation, and the draft's two files.
+set -u
+cmd=${1:-wait}
+export PYTHONPATH=/tmp/site:/tmp/pkg HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 POLYSPEC_HOME=/tmp/pshome
+export TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+RUN=${RUN:-multi18}
+R=/tmp/r37
+start=$(date +%s)
+
+collect() {
+  local d=/tmp/pshome/runs/$RUN
+  cp $R/run.json $R/progress.txt "$OUT/" 2>/dev/null
+  [ -f $R/run.log ] && grep -v -E '━|Loading weights' $R/run.log | tail -c 200000 > "$OUT/run.log"
+  [ -f $d/summary.json ] && cp $d/summary.json "$OUT/"
+  [ -f $d/evaluate/results.json ] && cp $d/evaluate/results.json "$OUT/"
+  (cd $d 2>/dev/null && find . -name '*.json' -size -4M -not -path './evaluate/*' -not -path '*/checkpoints/*' \
+    -not -path './hidden-states/*' | tar -czf "$OUT/run-files.tgz" -T -)
+  if [ -f $d/fit/draft/model.safetensors ]; then
+    cp $d/fit/draft/config.json "$OUT/draft-config.json"
+    split -b 15M -d -a 1 $d/fit/draft/model.safetensors "$OUT/draft.part"
+    (cd $d/fit/draft && sha256sum model.safetensors) > "$OUT/draft.sha256"
+  fi
+  cat $R/progress.txt 2>/dev/null
+  nvidia-smi --query-gpu=name,utilization.gpu,memory.used --format=csv,noheader
+}
+
+wait_done() {
+  while [ ! -f $R/DONE ] && [ $(( $(date +%s) - start )) -lt "$1" ]; do sleep 5; done
+  grep -v -E '━|Loading weights|Warning|warn' $R/run.log 2>/dev/null | tail -n 30 | cut -c1-200
+}
+
+case "$cmd" in
+prep) bash scripts/quality_gpu.sh prep nosmoke ;;  # the wheels, the first half of the verifier, /tmp/pkg
+verifier)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .device/whl2/*.whl || exit 1
+  cp .device/m2/part01 /tmp/m/ && cat /tmp/m/part00 /tmp/m/part01 > /tmp/m/smollm2.gguf || exit 1
+  echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  /tmp/m/smollm2.gguf" | sha256sum -c - || exit 1
+  (cd /tmp && python3 -c "from pathlib import Path; from polyspec.models.gguf_convert import convert_gguf; convert_gguf(Path('/tmp/m/smollm2.gguf'), Path('/tmp/v'))") || exit 1
+  (cd /tmp && python3 -m polyspec.cli train --help | head -n 5)
+  ;;
+go)
+  mkdir -p $R && tar xJf .device/p37/run.txz -C /tmp || exit 1
+  cd /tmp  # not the checkout: there `-m polyspec.cli` would find ./polyspec/ without core/, models/... (/tmp/pkg has them)
+  (cd /tmp && python3 -m polyspec.cli train status $RUN)
+  setsid nohup bash -c "t0=\$(date +%s); python3 -m polyspec.cli train run --run-id $RUN --resume --gpus 1 --json \
+    > $R/run.json 2> $R/run.log; echo \"exit \$? after \$(( \$(date +%s) - t0 )) s\" >> $R/progress.txt; touch $R/DONE" \
+    > /dev/null 2>&1 < /dev/null &
+  cd "$OLDPWD"
+  wait_done "${2:-540}"
+  collect
+  ;;
+wait)
+  wait_done "${2:-540}"
+  collect
+  ;;
+*) echo "unknown command $cmd"; exit 2 ;;
+esac

@@ -106,8 +106,9 @@ def test_earlier_turns_are_read_within_bounds():
            {"role": "user", "content": [{"type": "image_url"}]}, {"role": "user", "content": "ok"}]
     body, _ = decode_body(json.dumps({"model": "m", "messages": odd}).encode())
     assert read_prompt(body, "chat").earlier_turns() == ["", "", "Bonjour à tous"]
-    # A body json had to read (a NaN in it) gives the same turns (the first cut in characters, not bytes).
-    lenient = json.dumps({"model": "m", "t": float("nan"), "messages": messages}).encode()
+    # A body json had to read (a surrogate-pair escape in it) gives the same turns (the first cut in
+    # characters, not bytes).
+    lenient = json.dumps({"model": "m", "t": "\U0001F600", "messages": messages}).encode()
     body, strict = decode_body(lenient)
     again = read_prompt(body, "chat").earlier_turns()
     assert not strict and again[1:] == turns[1:] and again[0].startswith(turns[0]) and len(again[0]) <= EARLIER_TURN_BYTES

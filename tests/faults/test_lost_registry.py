@@ -67,7 +67,10 @@ def test_registry_deleted_under_running_router(fake_replica, registry, registry_
         assert "polyspec registry init" in ready["reason"]
         assert "serving the last good table of 1 pools" in ready["reason"]
         assert ready["pools"] == 1 and ready["table_stale"] is True
-        time.sleep(0.6)  # a few more refreshes: none may bring the file back, each says the same
+        # A few more refreshes: none may bring the file back, each says the same.
+        failed = _metric(router.url, "polyspec_registry_refresh_failures_total", reason="missing")
+        assert wait_for(lambda: _metric(router.url, "polyspec_registry_refresh_failures_total", reason="missing")
+                        >= failed + 3, 10)
         assert not any(f.exists() for f in _db_files(path))
         assert "is missing (deleted or moved)" in not_ready()["reason"]
         status, backend, lines = _stream_answer(router.url)
@@ -128,7 +131,9 @@ def test_router_started_without_a_registry(tmp_path, fake_verifier, caplog):
         assert ready.status_code == 503
         assert "does not exist" in ready.json()["reason"] and "polyspec registry init" in ready.json()["reason"]
         assert _metric(router.url, "polyspec_registry_refresh_failures_total", reason="missing") >= 1
-        time.sleep(0.5)
+        failed = _metric(router.url, "polyspec_registry_refresh_failures_total", reason="missing")
+        assert wait_for(lambda: _metric(router.url, "polyspec_registry_refresh_failures_total", reason="missing")
+                        >= failed + 2, 10)  # more refreshes, each refused
         assert not path.parent.exists()  # neither the file nor its directory
         assert "does not exist" in caplog.text
 

@@ -139,8 +139,9 @@ class RouterConfig(BaseSettings):
     # Admin surface (/admin).
     trusted_proxies: list[str] = Field(
         default_factory=list,
-        description="Addresses or CIDRs of reverse proxies; with any set, the client address comes from "
-        "X-Forwarded-For (trusted hops only) and loopback is no longer trusted by itself.",
+        description="Addresses or CIDRs of reverse proxies in front of the router; with any set, no client is "
+        "local (a proxy makes every client look like loopback): /admin needs POLYSPEC_ADMIN_TOKEN, and the router "
+        "does not start without one.",
     )
     admin_allowed_hosts: list[str] = Field(
         default_factory=lambda: ["localhost", "127.0.0.1", "::1"],

@@ -1,4 +1,4 @@
-"""Issue 16 on the H200: a stronger English base, then per-language drafts, every one measured on the nine
+"""Quality at scale on the H200: a stronger English base, then per-language drafts, every one measured on the nine
 MT-Bench languages over all answers and over non-degenerate answers only.
 
     python scripts/quality_gpu.py --verifier /tmp/v --pools /tmp/qdata/pools --out /tmp/q --deadline EPOCH
@@ -8,8 +8,8 @@ of what is left (PHASES); a phase that no longer fits is skipped and said so in 
 
 - en: the verifier answers English pool prompts with its serving decoding (greedy); degenerate answers are
   counted (models.degenerate). One 8k-vocabulary draft learns from them, with a learning curve: the base.
-  (Session 7's run compared this with sampled, filtered answers and swept the vocabulary; PHASES says why
-  those variants are gone. ``samples`` > 0 brings the sampled variant back for a language.)
+  (The first H200 run, docs/results.md section 11, compared this with sampled, filtered answers and swept the
+  vocabulary; PHASES says why those variants are gone. ``samples`` > 0 brings the sampled variant back for a language.)
 - it, fr, de, es: fine-tunes of the base with English replay; ko, zh, ja: from scratch, own vocabulary.
 
 One draft for several languages is the product's: `polyspec train run --languages ... --mix ...`
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # quality_lib; polyspe
 
 import quality_lib as q  # noqa: E402
 
-from polyspec.models.shipped import MAX_WEIGHTS_BYTES as SIZE_LIMIT  # noqa: E402  (one home: issue 16's cap)
+from polyspec.models.shipped import MAX_WEIGHTS_BYTES as SIZE_LIMIT  # noqa: E402  (one home: the size cap)
 COVERAGE_SIZES = (2048, 4096, 8192, 12288, 16384, 32768)
 
 
@@ -51,12 +51,12 @@ class Phase:
     pool_cap: int | None = None  # answer at most this many pool prompts (one batch)
 
 
-# Session 7 compared the recipes at equal steps (docs/results.md section 11): greedy answers, the serving
+# The first H200 run compared the recipes at equal steps (docs/results.md section 11): greedy answers, the serving
 # decoding, beat sampled-and-filtered answers on en (2.06 vs 1.76), it (2.16 vs 1.95) and ko (1.65 vs 1.37),
 # over all and over non-degenerate answers, and the 4k/8k/12k vocabulary sweep was within noise. This run
 # spends the time on one recipe: greedy answers, 8k vocabularies, one job per language, more English epochs.
 PHASES = (
-    Phase("en", "base", 0.15, 0.40, lr=5e-4),  # session 8's curve still rose at 978 steps (2.106 -> 2.152)
+    Phase("en", "base", 0.15, 0.40, lr=5e-4),  # the second run's curve still rose at 978 steps (2.106 -> 2.152)
     Phase("it", "finetune", 0.025, 0.04, replay=1.0),
     Phase("fr", "finetune", 0.025, 0.035, replay=1.0),
     Phase("de", "finetune", 0.025, 0.035, replay=1.0),
@@ -65,8 +65,8 @@ PHASES = (
     Phase("zh", "scratch", 0.03, 0.045, replay=0.5, lr=5e-4),
     Phase("ja", "scratch", 0.03, 0.045, replay=0.5, lr=5e-4),
 )
-# Each phase also evaluates its draft on nine languages and saves it (about 20 s, outside its shares): session 8's
-# run planned 90 % of the time for gen + train, overran, and skipped ja and ru.
+# Each phase also evaluates its draft on nine languages and saves it (about 20 s, outside its shares): the second
+# run (docs/results.md section 12) planned 90 % of the time for gen + train, overran, and skipped ja and ru.
 PLAN_SHARE = 0.8
 
 

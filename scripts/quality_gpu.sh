@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/quality_gpu.py on the GPU machine, in calls of at most 10 minutes (issue 16).
+# scripts/quality_gpu.py on the GPU machine, in calls of at most 10 minutes.
 #
 #   bash scripts/quality_gpu.sh prep [nosmoke]    # call 1 (carry .device/m1 .device/whl .qdata/tok .qdata/smoke):
 #                                                 #   wheels, the staged package, a smoke run on a tiny verifier
@@ -78,7 +78,7 @@ launch)
   [ -f /tmp/v/model.safetensors ] || (cd /tmp && python3 -c "from pathlib import Path; from polyspec.models.gguf_convert import convert_gguf; convert_gguf(Path('/tmp/m/smollm2.gguf'), Path('/tmp/v'))") || exit 1
   mkdir -p $Q/run
   deadline=$(( start + arg ))
-  # only the languages whose pools were carried (session 7 carried en, it, ko and forgot --langs: the other
+  # only the languages whose pools were carried (a run that carried en, it, ko without --langs: the other
   # phases failed on the missing pools and their share of the time went unused)
   langs=${Q_LANGS:-$(cd /tmp/qdata/pools && ls *.jsonl.gz | sed 's/\.jsonl\.gz$//' | paste -sd, -)}
   echo "languages: $langs"

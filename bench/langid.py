@@ -9,7 +9,7 @@ router's confidence threshold on short prompts for the path the router now takes
 Texts come from sources the constants of core/langid.py and core/langid_script.py were *not* chosen on:
 MT-Bench turns (9 languages), a seeded sample of the data pack's train/more/*.jsonl.gz (18 languages), and,
 where the machine has them, translated messages of the system's gettext catalogs (/usr/share/locale) for
-sv, cs and uk: 21 languages in all. The constants were chosen on ``--texts tuning``: the data pack's
+sv, cs, uk and fa: 22 languages in all. The constants were chosen on ``--texts tuning``: the data pack's
 train/*.jsonl and the *next* texts of the same seeded shuffles of train/more and gettext (disjoint from the
 held-out ones). Each text is cleaned as the router cleans it (``clean_for_langid``: code, URLs removed, 500
 characters), then cut. For scripts written without spaces a "word" is a chunk of characters (whitespace
@@ -124,7 +124,7 @@ def _gettext(lang: str, limit: int, skip: int = 0) -> list[str]:
 def load_texts(kind: str, per_lang: int, mt_limit: int | None) -> list[tuple[str, str, str]]:
     """(language, source, raw text). ``heldout``: what the figures are reported on; ``tuning``: what
     core/langid.py's constants were chosen on: the data pack's train/*.jsonl (12 languages) and, so that all
-    21 languages are seen, the *next* ``per_lang`` texts of the same seeded shuffles of train/more and of the
+    22 languages are seen, the *next* ``per_lang`` texts of the same seeded shuffles of train/more and of the
     gettext catalogs (disjoint from the held-out texts, which are the first ``per_lang``)."""
     rows: list[tuple[str, str, str]] = []
     if kind == "tuning":

@@ -1,15 +1,18 @@
-"""`make demo` / `polyspec demo`: from a fresh clone to a routed, measured, two-language deployment.
+"""`make demo` / `polyspec demo`: from a fresh clone to a planned, routed, measured deployment.
 
 1. Prepare the bundled verifier (SmolLM2-135M-Instruct) and register it.
 2. If no active English / French draft exists for it, train a small one per language on CPU with the
    training pipeline (MT-Bench turns bundled in training/data/mtbench; the questions the demo sends
-   later are held out of training), then register, promote and deploy it.
-3. `polyspec up --calibrate`: one vLLM engine per deployment, each calibrated for the speed policy
-   (docs/speed.md), plus the router.
-4. Send held-out MT-Bench EN, FR and IT turns through the router with the `openai` client; print each
+   later are held out of training), then register and promote it. The shipped multilingual draft is
+   imported beside them (polyspec/demo_fleet.py).
+3. Plan the fleet for the demo's traffic (EN, FR, IT, JA alike) on the engines free memory holds
+   (`polyspec deploy plan`'s search, docs/speed.md), deploy exactly that plan, and `polyspec up
+   --calibrate` it: each engine calibrated for the speed policy, plus the router.
+4. Send held-out MT-Bench EN, FR, IT and JA turns through the router with the `openai` client; print each
    routing decision, a per-language acceptance table (live vs offline) and the speed table: per language
-   the engine the speed policy chose, its predicted and observed tokens/s, and the speed-up over no
-   speculation. Italian has no deployed draft of its own. The no-speculation figures come from the same
+   the engine the speed policy chose, the plan's prediction, the router's predicted and the observed
+   tokens/s, and the speed-up over no speculation. Italian and Japanese have no specialist deployed;
+   Japanese has none at all, and the multilingual draft serves it. The no-speculation figures come from the same
    prompts sent, before the fleet starts, to one engine of the verifier alone with the fleet engines' CPU
    share (`plain_baseline`; `--no-baseline` skips it): run beside the fleet it would be a third engine,
    and with the test suite's shared engines five would not fit in 24 GB.
@@ -38,20 +41,23 @@ from polyspec.core.console import console
 from polyspec.core.counters import SpecCounts
 from polyspec.core.ports import free_port
 from polyspec.core.settings import get_settings
-from polyspec.fleet.plan import FleetError, plan_up
+from polyspec.demo_fleet import PREFIX, ensure_multilingual, plan_demo_fleet, planned_tps
+from polyspec.fleet.from_plan import serve_plan
+from polyspec.fleet.plan import FleetError
 from polyspec.fleet.run import run_up, share_cpus
 from polyspec.models.shipped import pull_command, shipped_for_language
 from polyspec.models.verifiers import prepare_verifier
 from polyspec.models.vllm_engine import EngineError, EngineSpec, VllmEngine
 from polyspec.registry import open_registry
 from polyspec.registry.errors import PromotionRefused
+from polyspec.registry.fleet_plan import PlanError
 from polyspec.training.config import RunConfig
 from polyspec.training.pipeline import run_pipeline, start_run
 
 LANGUAGES = ("en", "fr")
-DEPLOYMENT = "demo-{lang}"
-# Traffic: the two drafted languages and one without a draft, which the speed policy sends where it is fastest.
-TRAFFIC = (*LANGUAGES, "it")
+# Traffic: the two languages with a specialist, and two without one (Japanese has none at all), which the plan
+# and the speed policy send where they are fastest.
+TRAFFIC = (*LANGUAGES, "it", "ja")
 # The first 2 questions of each MT-Bench category (16 of 80) are held out of training. They are exactly
 # what the training pipeline's MT-Bench evaluation takes with a limit of 16 (categories interleaved),
 # so the offline figures and the demo's live traffic both come from prompts the draft never saw.
@@ -221,22 +227,6 @@ def train_demo_draft(lang: str, verifier: Any, *, parent: str | None, prompts_pe
     return summaries["register"]["draft"]
 
 
-# --- step 3: deployments ----------------------------------------------------------------------------
-def ensure_deployments(reg: Any, refs: dict[str, str], console: Any, base_port: int) -> None:
-    """One deployment per language, English the default pool; existing ones are re-pointed if stale."""
-    current = {d.name: d for d in reg.active_deployments()}
-    for i, lang in enumerate(LANGUAGES):
-        name = DEPLOYMENT.format(lang=lang)
-        dep = current.get(name)
-        if dep is not None and dep.draft == refs[lang]:
-            continue
-        if dep is not None:
-            reg.undeploy(name)
-        reg.deploy(refs[lang], name=name, languages=[lang], default=(lang == "en"),
-                   launch={"port": base_port + i, **LAUNCH})
-        console.print(f"[green]✓[/] deployed {refs[lang]} as {name} (engine port {base_port + i})")
-
-
 # --- step 4: traffic ---------------------------------------------------------------------------------
 def send_traffic(base: str, questions: int, max_tokens: int, console: Any,
                  speed: list[dict[str, Any]]) -> dict[str, LangStats]:
@@ -314,10 +304,12 @@ def plain_baseline(verifier_path: str | Path, questions: int, max_tokens: int, e
     return out
 
 
-def speed_table(rows: list[dict[str, Any]]) -> Any:
-    """Per language: the engine the speed policy chose, predicted vs observed tokens/s, speed-up over none."""
+def speed_table(rows: list[dict[str, Any]], planned: dict[str, float] | None = None) -> Any:
+    """Per language: the engine the speed policy chose, the plan's and the router's predicted tokens/s, the
+    observed tokens/s and the speed-up over none."""
     table = Table(title="Speed per language (speed policy; tokens/s of one stream, client-side)")
-    for col in ("language", "engine chosen", "predicted tok/s", "observed tok/s", "no speculation tok/s", "speed-up"):
+    for col in ("language", "engine chosen", "plan tok/s", "predicted tok/s", "observed tok/s", "no speculation tok/s",
+                "speed-up"):
         table.add_column(col, justify="left" if col in ("language", "engine chosen") else "right")
     for lang in TRAFFIC:
         mine = [r for r in rows if r["language"] == lang]
@@ -328,7 +320,8 @@ def speed_table(rows: list[dict[str, Any]]) -> Any:
         observed = sum(r["tokens"] for r in mine) / sum(r["seconds"] for r in mine)
         plain = [r["plain"] for r in mine if r.get("plain")]  # (tokens, seconds) from plain_baseline
         base = sum(t for t, _ in plain) / sum(s for _, s in plain) if plain else None
-        table.add_row(lang, ", ".join(f"{name} ×{n}" for name, n in engines),
+        plan = (planned or {}).get(lang)
+        table.add_row(lang, ", ".join(f"{name} ×{n}" for name, n in engines), f"{plan:.1f}" if plan else "-",
                       f"{sum(predicted) / len(predicted):.1f}" if predicted else "-", f"{observed:.1f}",
                       f"{base:.1f}" if base else "-", f"{observed / base:.2f}×" if base else "-")
     return table
@@ -368,7 +361,8 @@ def demo(
     port: int = typer.Option(8000, help="Router port."),
     base_port: int = typer.Option(8101, help="First engine port."),
 ) -> None:
-    """Deploy and serve an English and a French draft (shipped ones, or trained here); route MT-Bench turns."""
+    """Plan, deploy and serve a fleet for English, French, Italian and Japanese traffic from the English, French
+    and multilingual drafts (shipped ones, or trained here); route held-out MT-Bench turns."""
     console = _console()
     started = time.monotonic()
     no_wait = no_wait or bool(os.environ.get("CI"))
@@ -376,14 +370,16 @@ def demo(
         verifier = prepare_verifier(get_settings().default_verifier)
         with open_registry() as reg:
             reg.ensure_verifier(verifier.name)
-            refs = ensure_drafts(reg, verifier, console, prompts_per_language=prompts_per_language,
-                                 use_shipped=not train)
-            ensure_deployments(reg, refs, console, base_port)
-        console.print(f"drafts ready after {time.monotonic() - started:.0f} s")
+            ensure_drafts(reg, verifier, console, prompts_per_language=prompts_per_language, use_shipped=not train)
+            if not train:
+                ensure_multilingual(reg, verifier, console, install_shipped)
+            fleet_plan = plan_demo_fleet(reg, TRAFFIC, console)
+        console.print(f"drafts ready and fleet planned after {time.monotonic() - started:.0f} s")
         plain: dict[str, tuple[int, float]] = {}
         if baseline:
             console.print("measuring the held-out prompts without speculation (the verifier alone)…")
-            plain = plain_baseline(verifier.path, questions, max_tokens, engines=len(LANGUAGES), console=console)
+            plain = plain_baseline(verifier.path, questions, max_tokens, engines=fleet_plan.engines_used,
+                                   console=console)
         console.print("starting the fleet")
         results: dict[str, Any] = {}
 
@@ -396,7 +392,7 @@ def demo(
                         console.print(acceptance_table(results["stats"], reg))
                     for row in speed:
                         row["plain"] = plain.get(row["text"])
-                    console.print(speed_table(speed))
+                    console.print(speed_table(speed, planned_tps(fleet_plan)))
                     console.print(f"[bold]demo took {time.monotonic() - started:.0f} s[/] · dashboard: {base}/admin")
                 except Exception as exc:  # reported, then the fleet stops
                     results["error"] = exc
@@ -407,9 +403,10 @@ def demo(
 
             threading.Thread(target=worker, daemon=True).start()
 
-        plan = plan_up(None, host="127.0.0.1", port=port, registry_url=None, base_port=base_port)
+        plan = serve_plan(open_registry(), fleet_plan, host="127.0.0.1", port=port, registry_url=None,
+                          base_port=base_port, launch=LAUNCH, prefix=PREFIX)
         run_up(plan, logs_dir=get_settings().home / "logs", on_ready=traffic, router_id="demo", calibrate=True)
-    except (DemoError, FleetError) as exc:
+    except (DemoError, FleetError, PlanError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:

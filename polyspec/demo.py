@@ -4,7 +4,7 @@
 2. If no active English / French draft exists for it, train a small one per language on CPU with the
    training pipeline (MT-Bench turns bundled in training/data/mtbench; the questions the demo sends
    later are held out of training), then register and promote it. The shipped multilingual draft is
-   imported beside them (polyspec/demo_fleet.py).
+   imported beside them (polyspec/fleet/demo.py).
 3. Plan the fleet for the demo's traffic (EN, FR, IT, JA alike) on the engines free memory holds
    (`polyspec deploy plan`'s search, docs/speed.md), deploy exactly that plan, and `polyspec up
    --calibrate` it: each engine calibrated for the speed policy, plus the router.
@@ -41,7 +41,7 @@ from polyspec.core.console import console
 from polyspec.core.counters import SpecCounts
 from polyspec.core.ports import free_port
 from polyspec.core.settings import get_settings
-from polyspec.demo_fleet import PREFIX, ensure_multilingual, plan_demo_fleet, planned_tps
+from polyspec.fleet.demo import PREFIX, ensure_multilingual, plan_demo_fleet, planned_tps
 from polyspec.fleet.from_plan import serve_plan
 from polyspec.fleet.plan import FleetError
 from polyspec.fleet.run import run_up, share_cpus

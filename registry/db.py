@@ -17,6 +17,10 @@ import sqlite3
 from pathlib import Path
 from urllib.parse import quote
 
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.pool import StaticPool
@@ -35,7 +39,6 @@ def is_sqlite(url: str) -> bool:
     return make_url(url).get_backend_name() == "sqlite"
 
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 SQLITE_HEADER_BYTES = 100
 MISSING_HINT = "create it with `polyspec registry init` (or `polyspec up`), or point POLYSPEC_REGISTRY_URL at the right one"
 
@@ -79,26 +82,44 @@ def make_engine(url: str, *, create: bool = True) -> Engine:
 
 
 def check_sqlite_file(path: Path) -> None:
-    """`RegistryMissing` unless ``path`` is a file that starts with a SQLite header. Reads only."""
+    """`RegistryMissing` unless ``path`` is a file that starts with a SQLite header. Reads only.
+
+    The size comes from stat and the header is read by SQLite, never through a descriptor of our own: closing
+    one would drop every POSIX lock this process holds on the file, SQLite's included, and another process
+    closing its last connection would then delete the WAL under this process's open connections (disk I/O
+    errors, then a malformed database). SQLite keeps such descriptors open while its locks need them."""
     try:
-        with path.open("rb") as file:
-            header = file.read(SQLITE_HEADER_BYTES)
+        size = path.stat().st_size
     except FileNotFoundError:
         raise RegistryMissing(f"registry database {path} does not exist; {MISSING_HINT}") from None
-    except IsADirectoryError:
-        raise RegistryMissing(f"registry database {path} is a directory; {MISSING_HINT}") from None
-    if len(header) == SQLITE_HEADER_BYTES and header.startswith(SQLITE_MAGIC):
+    if path.is_dir():
+        raise RegistryMissing(f"registry database {path} is a directory; {MISSING_HINT}")
+    if size >= SQLITE_HEADER_BYTES and _has_sqlite_header(path):
         return
-    if not header:
+    if size == 0:
         what = "is empty (0 bytes)"
-    elif len(header) < SQLITE_HEADER_BYTES:
-        what = f"is too short for a SQLite database ({len(header)} bytes)"
+    elif size < SQLITE_HEADER_BYTES:
+        what = f"is too short for a SQLite database ({size} bytes)"
     else:
         what = "is not a SQLite database (no SQLite header)"
     raise RegistryMissing(
         f"registry database {path} {what}: not opened, and left as it is (a copy still being written, or the "
         "wrong file). Restore a registry by copying it to a temporary name beside it and renaming that into "
         f"place (docs/operations.md); or {MISSING_HINT}")
+
+
+def _has_sqlite_header(path: Path) -> bool:
+    """Whether SQLite reads ``path`` as a database (its header), opened read-write without create, reading only."""
+    conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=rw", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+    try:
+        conn.execute("PRAGMA schema_version").fetchone()
+        return True
+    except sqlite3.DatabaseError as exc:
+        if "not a database" in str(exc):
+            return False
+        raise
+    finally:
+        conn.close()
 
 
 def _configure_sqlite(engine: Engine, *, wal: bool = True) -> None:
@@ -129,8 +150,6 @@ def write_engine(engine: Engine) -> Engine:
 
 def alembic_config(connection: Connection | None = None, url: str | None = None):  # -> alembic.config.Config
     """An Alembic Config built in code, independent of the current directory."""
-    from alembic.config import Config
-
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     if url is not None:
@@ -141,23 +160,17 @@ def alembic_config(connection: Connection | None = None, url: str | None = None)
 
 
 def head_revision() -> str:
-    from alembic.script import ScriptDirectory
-
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     assert head is not None, "registry/migrations has no revisions"
     return head
 
 
 def current_revision(conn: Connection) -> str | None:
-    from alembic.runtime.migration import MigrationContext
-
     return MigrationContext.configure(conn).get_current_revision()
 
 
 def upgrade(engine: Engine) -> None:
     """Bring the database to the head revision (no-op when it is already there)."""
-    from alembic import command
-
     head = head_revision()
     with engine.connect() as conn:
         if current_revision(conn) == head:

@@ -41,3 +41,41 @@ def test_two_processes_write_at_once(reg, verifier_rec, registry_url: str) -> No
     assert len(reg.deployments()) == 2 * len(range(0, ROUNDS, 5))
     with create_engine(registry_url).connect() as conn:
         assert conn.execute(text("PRAGMA integrity_check")).scalar() == "ok"
+
+
+def test_a_reader_keeps_its_wal_while_another_process_closes(reg, registry_url: str, tmp_path) -> None:
+    """A router's registry (create=False) with a connection held by one thread and another made by a second: a
+    second process that opens and closes the registry must not take it for the last user and delete the WAL
+    under it (the router then saw disk I/O errors and a malformed database). Reading the file's header through
+    a descriptor of our own, closed again, dropped the router's SQLite locks."""
+    import subprocess
+    import sys
+    import threading
+
+    from polyspec.registry import open_registry
+
+    path = tmp_path / "registry.db"
+    router = open_registry(registry_url, create=False)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with router.engine.connect():
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert held.wait(30)
+        router.record_live_stats("r1", [{"language": "it", "draft_name": "d", "requests": 1}])  # a second connection
+        code = (f"from polyspec.registry import open_registry; r = open_registry({registry_url!r}); r.live_stats(); "
+                "r.close()")
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+        assert (tmp_path / "registry.db-wal").exists() and (tmp_path / "registry.db-shm").exists()
+        router.record_live_stats("r1", [{"language": "it", "draft_name": "d", "requests": 1}])
+        assert [s.requests for s in router.live_stats(router_id="r1")] == [2]
+    finally:
+        release.set()
+        thread.join(30)
+        router.close()
+    assert path.is_file()

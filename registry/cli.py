@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from polyspec.registry import cli_drafts, cli_ops  # noqa: F401  (importing them registers their commands)
+from polyspec.registry import db
 from polyspec.registry.cli_base import JsonOpt, _dump, _kv, _reg, _table, app
 
 
@@ -23,8 +24,6 @@ def init(as_json: bool = JsonOpt) -> None:
 
     The router and its dashboard never create a registry: a missing one is an error they report.
     """
-    from polyspec.registry import db
-
     reg = _reg()
     with reg.engine.connect() as conn:
         revision = db.current_revision(conn)

@@ -14,8 +14,11 @@ import json
 from typing import Any, Optional
 
 import typer
+from rich.table import Table
 
 from polyspec.core.cli import PolyspecTyper
+from polyspec.core.console import console
+from polyspec.registry import open_registry
 
 app = PolyspecTyper(name="registry", help="Verifiers, drafts, evaluations, deployments and language profiles.",
                   no_args_is_help=True)
@@ -30,9 +33,7 @@ def _main(url: Optional[str] = typer.Option(None, "--url", help="Registry URL (d
     _state["url"] = url
 
 
-def _reg():  # noqa: ANN202 - registry.Registry, imported lazily
-    from polyspec.registry import open_registry
-
+def _reg():  # noqa: ANN202 - a registry.Registry
     return open_registry(_state["url"])
 
 
@@ -50,9 +51,6 @@ def _dump(obj: Any) -> None:
 
 
 def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
-    from polyspec.core.console import console
-    from rich.table import Table
-
     table = Table(title=title, show_lines=False)
     for i, col in enumerate(columns):
         table.add_column(col, no_wrap=i == 0)  # names and refs stay greppable on narrow terminals

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from polyspec.registry.cli_base import JsonOpt, VerifierOpt, _dump, _fmt_mal, _kv, _reg, _table, app
+from polyspec.registry.errors import InvalidEvaluation, RegistryError
 
 
 @app.command("drafts")
@@ -61,8 +62,6 @@ def import_draft(path: str = typer.Argument(..., help="Draft directory (speculat
                  status: str = typer.Option("candidate", help="candidate (default), active or retired."),
                  as_json: bool = JsonOpt) -> None:
     """Validate a draft against its verifier, checksum every file and record it as a candidate."""
-    from polyspec.registry.errors import RegistryError
-
     prov = None
     if provenance is not None:
         try:
@@ -103,8 +102,6 @@ def add_evaluation(draft: str = typer.Argument(..., metavar="NAME[@VERSION]"),
                    tokens: int = typer.Option(0, help="Number of generated tokens."),
                    as_json: bool = JsonOpt) -> None:
     """Record a measured acceptance curve for a draft (k = number of positions)."""
-    from polyspec.registry.errors import InvalidEvaluation
-
     try:
         acc = [float(x) for x in acceptance.split(",") if x.strip()]
     except ValueError as exc:

@@ -9,7 +9,11 @@ from typing import Any, Optional
 import typer
 
 from polyspec.core.cli import PolyspecTyper
+from polyspec.core.settings import get_settings
+from polyspec.registry import open_registry
 from polyspec.registry.cli_base import JsonOpt, _dump, _table
+from polyspec.registry.fleet_inputs import make_plan
+from polyspec.registry.fleet_plan import available_gib, check_engines, parse_traffic, write_plan
 
 app = PolyspecTyper(name="deploy", help="Plan deployments with the speed model: which engine per language, "
                     "which k, where a draft is missing.", no_args_is_help=True)
@@ -21,9 +25,7 @@ def register(root: typer.Typer) -> None:
     root.add_typer(app, name="deploy")
 
 
-def _open(url: Optional[str]):  # noqa: ANN202 - registry.Registry, imported lazily
-    from polyspec.registry import open_registry
-
+def _open(url: Optional[str]):  # noqa: ANN202 - a registry.Registry
     return open_registry(url, create=False)
 
 
@@ -99,10 +101,6 @@ def _fleet(engines: int, traffic: Optional[str], write: Optional[Path], verifier
            registry: Optional[str], as_json: bool, *, memory_gib: Optional[float], engine_gib: float,
            **settings: float) -> None:
     """`deploy plan --engines N`: every input is checked before the registry is read, the plan before it is written."""
-    from polyspec.core.settings import get_settings
-    from polyspec.registry.fleet_inputs import make_plan
-    from polyspec.registry.fleet_plan import available_gib, check_engines, parse_traffic, write_plan
-
     check_engines(engines, available_gib() if memory_gib is None else memory_gib, engine_gib)
     cells = parse_traffic(traffic) if traffic is not None else None
     with _open(registry) as reg, reg.session() as s:

@@ -21,6 +21,7 @@ deployment or nothing. Engines are added while one adds at least MIN_GAIN of W.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -184,8 +185,6 @@ def _best_fleet(model: Model, pool: list[Candidate], n: int, start: dict[str, in
 
 
 def _comb(n: int, r: int) -> int:
-    import math
-
     return math.comb(n, r) if 0 <= r <= n else 0
 
 

@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from polyspec.core.atomic import atomic_path
 from polyspec.training.answers import ANSWERS, AnswerWriter, answer_with_transformers
 from polyspec.training.config import AnswersConfig
 from polyspec.training.engine_client import answer_with_engine
@@ -81,8 +82,6 @@ def answer_shard(out_dir: Path, prompts_dir: Path, verifier_path: Path, cfg: Ans
 
 def merge_answer_shards(out_dir: Path, prompts_dir: Path, cfg: AnswersConfig, counts: list[int]) -> dict[str, Any]:
     """Rank 0, after every shard is written: one answers.jsonl in train.jsonl order, each prompt once."""
-    from polyspec.core.atomic import atomic_path
-
     order = {r["id"]: n for n, r in enumerate(read_jsonl(prompts_dir / "train.jsonl"))}
     rows: dict[str, dict[str, Any]] = {}
     for path in [out_dir / ANSWERS, *sorted((out_dir / SHARDS).glob("*.jsonl"))]:

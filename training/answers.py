@@ -19,6 +19,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rich.progress import Progress
+
+from polyspec.models.batching import length_batches, max_padding_for
+from polyspec.models.degenerate import is_degenerate
+from polyspec.models.generation import generate_greedy
+from polyspec.models.hidden import load_verifier_model
 from polyspec.training.config import AnswersConfig
 from polyspec.training.runs import console
 
@@ -61,8 +67,6 @@ def answer_tokens(row: dict[str, Any], eos: set[int] | None = None) -> list[int]
 
 def split_degenerate(rows: Iterable[dict[str, Any]], measure: str = "ngram") -> tuple[list[dict], list[dict]]:
     """(kept, dropped): answers that are repetition loops (models.degenerate) go to ``dropped``."""
-    from polyspec.models.degenerate import is_degenerate
-
     kept: list[dict] = []
     dropped: list[dict] = []
     for row in rows:
@@ -115,19 +119,12 @@ class AnswerWriter:
 
 
 def _generate_batch(model: Any, tokenizer: Any, prompts: list[list[int]], cfg: AnswersConfig) -> list[list[int]]:
-    from polyspec.models.generation import generate_greedy
-
     return generate_greedy(model, tokenizer, prompts, cfg.max_new_tokens, cfg.temperature)
 
 
 def answer_with_transformers(
     records: list[dict[str, Any]], verifier_path: Path, cfg: AnswersConfig, writer: AnswerWriter, seed: int, device: str
 ) -> None:
-    from rich.progress import Progress
-
-    from polyspec.models.batching import length_batches, max_padding_for
-    from polyspec.models.hidden import load_verifier_model
-
     import torch
 
     torch.manual_seed(seed)

@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from polyspec.core.errors import InvalidInput, PolyspecError
+from polyspec.training.fit import resolve_device
+from polyspec.training.runs import console, run_stage
 
 CONTROL_TIMEOUT = dt.timedelta(hours=6)
 WORKER_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
@@ -48,8 +50,6 @@ def in_torchrun_worker() -> bool:
 
 def check_nproc(nproc: int, device: str) -> None:
     """Refuse a process count this machine cannot run, before anything is created or started."""
-    from polyspec.training.fit import resolve_device
-
     if nproc < 1:
         raise InvalidInput(f"--gpus must be at least 1, got {nproc}")
     if resolve_device(device) == "cuda":
@@ -67,8 +67,6 @@ def check_nproc(nproc: int, device: str) -> None:
 
 def default_nproc(device: str) -> int:
     """``--launcher torchrun`` without ``--gpus``: every visible CUDA device, one process on CPU."""
-    from polyspec.training.fit import resolve_device
-
     if resolve_device(device) == "cuda":
         import torch
 
@@ -84,8 +82,6 @@ def torchrun_command(nproc: int, args: list[str]) -> list[str]:
 
 def launch(nproc: int, args: list[str], run_id: str) -> None:
     """Run ``polyspec ARGS`` in ``nproc`` torchrun workers and wait; a failed worker fails the launch."""
-    from polyspec.training.runs import console
-
     console.print(f"launching {nproc} worker(s) with torchrun: polyspec {' '.join(args)}")
     rc = subprocess.run(torchrun_command(nproc, args), check=False).returncode
     if rc != 0:
@@ -196,8 +192,6 @@ def sharded_stage(run: Any, stage: str, world: World, work: Callable[[Path], Any
     on rank 0 with every rank's result. Rank 0 owns the stage directory and its marker (``run_stage``); when
     the stage is already done, rank 0 tells the others to skip it. Every rank leaves once the marker is written,
     so the next stage finds it. Returns the summary (empty on ranks > 0)."""
-    from polyspec.training.runs import run_stage
-
     if not world.lead:
         target = world.broadcast(None)
         if target is not None:

@@ -14,6 +14,9 @@ import random
 from pathlib import Path
 from typing import Any
 
+import httpx
+from rich.progress import Progress
+
 from polyspec.training.answers import AnswerWriter, _drop_long, cut_answer, eos_ids, make_row, template_prompt
 from polyspec.training.config import AnswersConfig
 from polyspec.training.errors import EngineError
@@ -32,8 +35,6 @@ async def _model_id(client: Any, url: str) -> str:
 
 
 async def _complete(client: Any, url: str, body: dict[str, Any], cfg: AnswersConfig) -> dict[str, Any]:
-    import httpx
-
     delay = cfg.backoff_s
     for attempt in range(cfg.retries + 1):
         try:
@@ -64,9 +65,6 @@ def _answer_ids(choice: dict[str, Any], tokenizer: Any, eos: set[int]) -> tuple[
 
 async def _run(records: list[dict[str, Any]], tokenizer: Any, cfg: AnswersConfig, writer: AnswerWriter,
                transport: Any = None) -> None:
-    import httpx
-    from rich.progress import Progress
-
     url = (cfg.engine_url or "").rstrip("/").removesuffix("/v1")
     eos = eos_ids(tokenizer)
     templated = _drop_long([(r, template_prompt(tokenizer, r["messages"])) for r in records], cfg.max_prompt_tokens)

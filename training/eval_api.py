@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from polyspec.core.acceptance import mal_from_histogram, merge_histograms, positions_from_histogram
+from polyspec.core.languages import normalize_language
 from polyspec.models.acceptance import PromptAcceptance
 from polyspec.models.degenerate import MAX_REPEATED_SHARE, MIN_DISTINCT_RATIO, NGRAM, AnswerShape, answer_shape
 from polyspec.training.benchmarks import BenchPrompt, load_benchmark, resolve_benchmark
@@ -96,8 +97,6 @@ def figures(draft: str, language: str, answers: Sequence[Answer], k: int) -> lis
 
 def languages_of(items: Sequence[BenchPrompt], language: str | None) -> list[str]:
     """One language per item: --language, else the file's ``lang`` field, else fastText on the record's first turn."""
-    from polyspec.core.languages import normalize_language
-
     if language is not None:
         return [normalize_language(language)] * len(items)
     out: list[str] = []

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
+from rich.table import Table
+
+from polyspec.core.atomic import atomic_write_json
+from polyspec.core.console import console as make_console
+from polyspec.registry import open_registry
+from polyspec.training.benchmarks import load_benchmark, parse_turns, resolve_benchmark
+from polyspec.training.eval_api import EvalOptionError, EvalOptions, run_eval
+from polyspec.training.eval_drafts import resolve_drafts
 
 HELP = """Measure how many draft tokens the verifier accepts, per draft and language, on any benchmark file.
 
@@ -35,8 +44,6 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 
 
 def report_table(report: Any) -> Any:
-    from rich.table import Table
-
     k = max((r.k for r in report.rows), default=0)
     table = Table(title=f"{report.benchmark} ({report.method}, k={k}, verifier {report.verifier}): "
                         "MAL = 1 + sum of per-position acceptance")
@@ -55,8 +62,6 @@ def report_table(report: Any) -> Any:
 
 def record_rows(report: Any, drafts: list[Any], benchmark: str) -> int:
     """Both subsets of every (draft, language) into the registry; rows without a verify step are skipped."""
-    from polyspec.registry import open_registry
-
     refs = {d.name: d.registry_ref for d in drafts}
     n = 0
     with open_registry() as reg:
@@ -97,18 +102,10 @@ def eval_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Errors are polyspec.core.errors subclasses; the root app (core.cli.guard) turns them into exit codes."""
-    import os
-
     # OpenMP threads that spin while waiting make torch 8x slower on a CPU shared with other processes
     # (measured: 2.9 s vs 23 s for the same generation on 2 busy cores); passive waiting costs nothing when
     # the CPU is free. It only takes effect if torch is not imported yet, which is the case from the shell.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from polyspec.core.console import console as make_console
-
-    from polyspec.core.atomic import atomic_write_json
-    from polyspec.training.benchmarks import load_benchmark, parse_turns, resolve_benchmark
-    from polyspec.training.eval_api import EvalOptionError, EvalOptions, run_eval
-    from polyspec.training.eval_drafts import resolve_drafts
 
     options = EvalOptions(benchmark=bench, k=k, turns=turns, method=method, max_new_tokens=max_tokens, limit=limit,
                           language=language, degenerate_measure=degenerate, device=device, dtype=dtype,

@@ -11,6 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from polyspec.core.settings import get_settings
+from polyspec.models.drafts import DraftError, inspect_draft
+from polyspec.models.shipped import shipped_drafts
+from polyspec.models.verifiers import resolve_verifier
 from polyspec.training.eval_options import DraftChoice, DraftVerifierMismatch, EvalOptionError, UnknownDraft
 
 
@@ -30,8 +34,6 @@ def _from_registry(spec: str) -> DraftChoice | None:
 
 def resolve_draft(spec: str) -> DraftChoice:
     """A directory, else a registry reference, else a shipped draft's name."""
-    from polyspec.models.shipped import shipped_drafts
-
     text = spec.strip()
     if not text:
         raise EvalOptionError("empty draft name")
@@ -54,10 +56,6 @@ def resolve_draft(spec: str) -> DraftChoice:
 
 def resolve_drafts(specs: Sequence[str], verifier: str | None) -> tuple[list[DraftChoice], Any]:
     """The drafts and the VerifierInfo they are evaluated with; every draft checked against it."""
-    from polyspec.core.settings import get_settings
-    from polyspec.models.drafts import DraftError, inspect_draft
-    from polyspec.models.verifiers import resolve_verifier
-
     drafts = [resolve_draft(s) for s in specs]
     made_for = sorted({d.verifier for d in drafts if d.verifier})
     name = verifier or (made_for[0] if len(made_for) == 1 else None) or get_settings().default_verifier

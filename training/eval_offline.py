@@ -13,7 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from polyspec.models.acceptance import PromptAcceptance
+from polyspec.models.acceptance_tf import TeacherForcedAcceptance
+from polyspec.models.draft_build import load_draft
+from polyspec.models.drafts import inspect_draft
+from polyspec.models.hidden import default_device, load_verifier_model
 from polyspec.training.benchmarks import BenchPrompt
+from polyspec.training.eval_options import conversations
 
 if TYPE_CHECKING:
     from polyspec.training.eval_options import DraftChoice, EvalOptions
@@ -36,8 +41,6 @@ def _torch_dtype(name: str | None, device: str) -> Any:
 
 def aux_layers(drafts: Sequence[DraftChoice], verifier_path: Any) -> list[int]:
     """The verifier layers every draft reads; trajectories store those states once for all drafts."""
-    from polyspec.models.drafts import inspect_draft
-
     layers = {d.name: tuple(inspect_draft(d.path).aux_layer_ids or ()) for d in drafts}
     if len(set(layers.values())) != 1:
         from polyspec.training.eval_options import EvalOptionError
@@ -46,7 +49,6 @@ def aux_layers(drafts: Sequence[DraftChoice], verifier_path: Any) -> list[int]:
     found = next(iter(layers.values()))
     if found:
         return list(found)
-    from polyspec.models.draft_build import load_draft
 
     return list(load_draft(drafts[0].path, verifier_path).config.eagle_aux_hidden_state_layer_ids)
 
@@ -56,10 +58,6 @@ class OfflineScorer:
 
     def __init__(self, verifier: Any, items: Sequence[BenchPrompt], options: EvalOptions,
                  aux_layer_ids: Sequence[int]) -> None:
-        from polyspec.models.acceptance_tf import TeacherForcedAcceptance
-        from polyspec.models.hidden import default_device, load_verifier_model
-        from polyspec.training.eval_options import conversations
-
         t0 = time.time()
         self.verifier, self.items, self.options = verifier, list(items), options
         self.device = options.device or default_device()
@@ -98,8 +96,6 @@ class OfflineScorer:
         return [per_round[r][i] for r, i in self.located]
 
     def score_path(self, path: Path) -> list[PromptAcceptance]:
-        from polyspec.models.draft_build import load_draft
-
         return self.score(load_draft(path, self.verifier.path))
 
     def close(self) -> None:

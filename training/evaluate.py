@@ -8,18 +8,25 @@ arithmetic is core.acceptance's). See docs/acceptance-methods.md for how closely
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import httpx
+from rich.table import Table
+
 from polyspec.models.acceptance import AcceptanceResult, PromptAcceptance
 from polyspec.core.settings import get_settings
+from polyspec.models.verifiers import resolve_verifier
+from polyspec.models.vllm_engine import EngineSpec, VllmEngine, parse_spec_decode_counters
 from polyspec.training.benchmarks import (  # noqa: F401 - load_mtbench and friends are this module's API too
     BenchPrompt, UnknownBenchmarkLanguage, load_benchmark, load_mtbench, mtbench_languages,
 )
-from polyspec.training.eval_options import DraftChoice, EvalError, EvalOptionError, EvalOptions
+from polyspec.training.eval_offline import score_offline
+from polyspec.training.eval_options import DraftChoice, EvalError, EvalOptionError, EvalOptions, conversations
 
 if TYPE_CHECKING:
     import httpx
@@ -33,7 +40,6 @@ def verifier_info(verifier_path: Any) -> Any:
     """A VerifierInfo from a VerifierInfo, a directory or an alias."""
     if hasattr(verifier_path, "path") and hasattr(verifier_path, "name"):
         return verifier_path
-    from polyspec.models.verifiers import resolve_verifier
 
     return resolve_verifier(str(verifier_path))
 
@@ -62,8 +68,6 @@ def evaluate_offline(
     progress: bool = True,
 ) -> dict[str, AcceptanceResult]:
     """Teacher-forced chain acceptance (batched; training.eval_offline) on each language's bundled MT-Bench."""
-    from polyspec.training.eval_offline import score_offline
-
     prompts = load_mtbench(languages, turns=turns, categories=categories, limit=limit)
     dtype_name = str(dtype).removeprefix("torch.") if dtype is not None else None
     options = EvalOptions(k=k, max_new_tokens=max_new_tokens, device=device, dtype=dtype_name, progress=progress)
@@ -111,8 +115,6 @@ def _served_model(client: httpx.Client, url: str) -> str:
 
 
 def _counters(client: httpx.Client, url: str) -> Any:
-    from polyspec.models.vllm_engine import parse_spec_decode_counters
-
     return parse_spec_decode_counters(client.get(f"{url}/metrics").text)
 
 
@@ -152,11 +154,6 @@ def _vllm_round(client: httpx.Client, url: str, model: str, convs: list[list[dic
 
 def _score_one_engine(draft: DraftChoice, verifier: Any, items: Sequence[BenchPrompt], options: EvalOptions,
                       ) -> list[tuple[list[int], PromptAcceptance]]:
-    import httpx
-
-    from polyspec.models.vllm_engine import EngineSpec, VllmEngine
-    from polyspec.training.eval_options import conversations
-
     engine = None
     if options.engine_url is None:
         # Under POLYSPEC_HOME, never beside the draft: that may be the checkout (models/drafts) or read-only.
@@ -188,8 +185,6 @@ def _score_one_engine(draft: DraftChoice, verifier: Any, items: Sequence[BenchPr
 def score_vllm(drafts: Sequence[DraftChoice], verifier: Any, items: Sequence[BenchPrompt],
                options: EvalOptions) -> tuple[list[tuple[list[int], dict[str, PromptAcceptance]]], dict[str, float]]:
     """Per item: (the first engine's answer ids, draft name -> histogram); one engine per draft, one at a time."""
-    import time
-
     if options.engine_url is not None and len(drafts) != 1:
         raise EvalOptionError("--engine-url serves one draft: give exactly one")
     out: list[tuple[list[int], dict[str, PromptAcceptance]]] = [([], {}) for _ in items]
@@ -257,8 +252,6 @@ def _mal(value: float | None) -> str:
 
 def results_table(results: dict[str, AcceptanceResult], title: str = "acceptance") -> Any:
     """A rich table: one row per language, acceptance per position and mean acceptance length."""
-    from rich.table import Table
-
     k = max((r.k for r in results.values()), default=0)
     table = Table(title=title)
     for col in ["lang", *[f"pos {i}" for i in range(1, k + 1)], "mean acc. len", "prompts", "tokens", "steps"]:

@@ -19,11 +19,16 @@ import json
 import math
 import shutil
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
 from polyspec.core.atomic import atomic_dir
+from polyspec.models.draft_build import load_draft, save_draft
 from polyspec.training.config import FitConfig
+from polyspec.training.plots import plot_metrics
 from polyspec.training.runs import console
 
 CKPT_DIR = "checkpoints"
@@ -210,8 +215,6 @@ def run_fit(out_dir: Path, data_dir: Path, init_draft: Path, verifier_path: Path
     """
     import torch
 
-    from polyspec.models.draft_build import load_draft, save_draft
-
     device = resolve_device(device)
     torch.manual_seed(seed)
     model = load_draft(init_draft, verifier_path, attn_impl=cfg.attn_impl, device=device).train()
@@ -238,7 +241,6 @@ def run_fit(out_dir: Path, data_dir: Path, init_draft: Path, verifier_path: Path
         mine.update(rank=world.rank, tokens=tokens, cuda_peak_gib=peak)
         if not world.lead:
             return mine
-    from polyspec.training.plots import plot_metrics
 
     plot_metrics(out_dir / METRICS, out_dir / "loss.png")
     return {**_fit_summary(out_dir / METRICS, per_epoch, start_epoch, time.time() - started, device), **mine}
@@ -247,9 +249,6 @@ def run_fit(out_dir: Path, data_dir: Path, init_draft: Path, verifier_path: Path
 def _train_epochs(out_dir: Path, loader: Any, model: Any, opt: Any, sched: Any, cfg: FitConfig,
                   position: tuple[int, int, int], device: str, world: Any) -> int:
     """The epochs left after ``position`` (start epoch, global step, planned steps); returns this rank's tokens."""
-    from contextlib import nullcontext
-
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
     from speculators.losses import resolve_loss_config
 
     start_epoch, step, planned = position
@@ -280,8 +279,6 @@ def _save_sharded(model: Any, out: Path, init_draft: Path, verifier_path: Path, 
     """Gather the FSDP-sharded draft on every rank (so each can report the weights it ends with), save it from
     rank 0 through a plain copy of the init draft (save_pretrained wants unsharded tensors)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    from polyspec.models.draft_build import load_draft, save_draft
 
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=False))
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}

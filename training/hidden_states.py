@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from polyspec.core.atomic import atomic_path
+from polyspec.models.hidden import capture_hidden_states_batched, load_verifier_model
 from polyspec.training.config import HiddenConfig
 from polyspec.training.prompts import read_jsonl
 from polyspec.training.runs import console
@@ -80,8 +81,6 @@ def write_hidden_files(out_dir: Path, rows: list[dict[str, Any]], indices: Itera
                        aux_layer_ids: list[int], cfg: HiddenConfig, device: str) -> int:
     """The hidden-state files of ``rows[i]`` for each i in ``indices`` not on disk yet; returns how many were wanted."""
     import torch
-
-    from polyspec.models.hidden import capture_hidden_states_batched, load_verifier_model
 
     wanted = list(indices)
     (out_dir / HS_DIR).mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,8 @@ draft of that verifier, or train from scratch with a vocabulary built from the l
 from __future__ import annotations
 
 from polyspec.core.settings import get_settings
+from polyspec.registry import open_registry
+from polyspec.registry.errors import NotFound
 
 from typing import Any
 
@@ -28,9 +30,6 @@ def active_draft(reg: Any, verifier: str) -> Any | None:
 
 def config_from_plan(language: str, *, run_id: str | None = None, resume: bool = False,
                      max_prompts: int | None = None, engine: str | None = None) -> RunConfig:
-    from polyspec.registry import open_registry
-    from polyspec.registry.errors import NotFound
-
 
     verifier = get_settings().default_verifier
     with open_registry() as reg:

@@ -18,11 +18,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from rich.table import Table
+
 from polyspec.training.config import PromptsConfig, ReplaySpec
 from polyspec.core.domains import detect_domain
 from polyspec.core.prompts import NoPrompts, PromptsError, read_prompt_records
 from polyspec.training.errors import EmptyPromptFile, NoPromptsForLanguage
 from polyspec.core.atomic import atomic_write_json, atomic_write_text
+from polyspec.core.langid import detect_many
 from polyspec.training.runs import console
 
 _PUNCT_SPACE = re.compile(r"[\W_]+", re.UNICODE)
@@ -58,8 +61,6 @@ def read_prompt_file(path: Path) -> list[dict[str, Any]]:
 
 def _annotate(records: list[dict[str, Any]]) -> None:
     """Add detected language (+confidence) and fill missing domains."""
-    from polyspec.core.langid import detect_many
-
     guesses = detect_many([r["text"] for r in records])
     for rec, guess in zip(records, guesses, strict=True):
         rec["lang"], rec["lang_confidence"] = guess.language, round(float(guess.confidence), 4)
@@ -165,8 +166,6 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def _print_stats(language: str, stats: dict[str, Any]) -> None:
-    from rich.table import Table
-
     table = Table(title=f"prompts ({language})")
     for col in ("read", "duplicates", "kept", "train", "heldout"):
         table.add_column(col, justify="right")

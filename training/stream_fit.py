@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from polyspec.models.hidden import forward_with_hidden
 from polyspec.training.config import FitConfig
 from polyspec.training.errors import TrainingError
+from polyspec.training.fit import train_step
 
 CALIBRATION_STEPS = 6  # steps timed before the schedule is first set (the first one, with CUDA warm-up, excluded)
 # The schedule is set again once, from the steps after calibration: on the H200 the first steps ran slower than
@@ -102,8 +104,6 @@ class HiddenBatcher:
         from speculators.models.eagle3.data import shift_batch
         from speculators.train.data import CollateFn
 
-        from polyspec.models.hidden import forward_with_hidden
-
         seqs = [r["input_ids"][: self.max_tokens] for r in rows]
         masks = [r["loss_mask"][: self.max_tokens] for r in rows]
         width = max(len(s) for s in seqs)
@@ -175,8 +175,6 @@ def train_jobs(verifier: Any, aux_layer_ids: Sequence[int], groups: dict[str, li
     curve); 1.0 means after the last step. Returns a summary: steps, tokens per group, seconds, epochs.
     """
     from speculators.losses import resolve_loss_config
-
-    from polyspec.training.fit import train_step
 
     used = {j.group for j in jobs}
     missing = used - set(groups)

@@ -17,10 +17,17 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from rich.table import Table
+
 from polyspec.training.config import RunConfig
 from polyspec.training.errors import ParentDraftError
 from polyspec.training.prompts import read_jsonl
 from polyspec.core.atomic import atomic_write_json
+from polyspec.models.draft_build import (
+    build_draft_model, load_draft, reslice_lm_head, save_draft, verifier_lm_head_weight, vocab_mappings,
+)
+from polyspec.models.drafts import draft_token_ids
+from polyspec.models.vocab_ref import english_top_token_ids
 from polyspec.training.runs import console
 
 
@@ -52,8 +59,6 @@ def coverage(freq: Counter[int], vocab: set[int]) -> float:
 
 
 def _select(cfg: RunConfig, freq: Counter[int], verifier: Any, parent_ids: list[int] | None, size: int) -> list[int]:
-    from polyspec.models.vocab_ref import english_top_token_ids
-
     source = cfg.vocab_source
     if source == "parent":
         if parent_ids is None:
@@ -74,9 +79,6 @@ def build_vocab(out_dir: Path, answers_path: Path, cfg: RunConfig, verifier: Any
                 aux_layer_ids: list[int]) -> dict[str, Any]:
     import numpy as np
     import torch
-
-    from polyspec.models.draft_build import vocab_mappings
-    from polyspec.models.drafts import draft_token_ids
 
     rows = [r for r in read_jsonl(answers_path) if not r.get("replay")]
     freq = count_tokens(rows)
@@ -100,10 +102,6 @@ def build_vocab(out_dir: Path, answers_path: Path, cfg: RunConfig, verifier: Any
 
 def _coverage_report(cfg: RunConfig, freq: Counter[int], ids: set[int], parent_ids: list[int] | None,
                      verifier: Any, size: int) -> dict[str, Any]:
-    from rich.table import Table
-
-    from polyspec.models.vocab_ref import english_top_token_ids
-
     rows = {"draft (new)": coverage(freq, ids)}
     if parent_ids is not None:
         rows["parent draft"] = coverage(freq, set(parent_ids))
@@ -121,8 +119,6 @@ def _init_draft(out: Path, cfg: RunConfig, verifier: Any, parent: Path | None, i
                 aux_layer_ids: list[int]) -> None:
     """Save the starting draft: the parent (finetune) or a fresh one, lm_head re-sliced whenever t2d changed."""
     import torch
-
-    from polyspec.models.draft_build import build_draft_model, load_draft, reslice_lm_head, save_draft, verifier_lm_head_weight
 
     if cfg.mode == "finetune":
         model = load_draft(parent, verifier.path)

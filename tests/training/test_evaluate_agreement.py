@@ -1,8 +1,10 @@
 """Offline acceptance (transformers) against a real vLLM engine serving the same draft.
 
-One engine start. The draft is the shipped English base draft (models/drafts/, trained on the
-H200; never trained on MT-Bench), so acceptance is far from zero and the comparison means
-something. Tolerances are the ones measured and explained in docs/acceptance-methods.md.
+No engine start of its own: the vLLM side asks the session's shared English engine (tests/conftest.py's
+engine_processes), which serves this draft. The draft is the shipped English base draft (models/drafts/,
+trained on the H200; never trained on MT-Bench), so acceptance is far from zero and the comparison means
+something. Tolerances are the ones measured and explained in docs/acceptance-methods.md. Starting an engine
+for the evaluation itself (no --engine-url) is tested in tests/models/test_shipped_vllm.py.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ MEAN_LENGTH_TOL = 0.075
 
 
 @pytest.fixture(scope="module")
-def results(verifier, tmp_path_factory) -> tuple[AcceptanceResult, AcceptanceResult]:
-    draft = shipped_for_language(verifier.name, "en").path
-    log = tmp_path_factory.mktemp("vllm") / "engine.log"
-    vllm = evaluate_vllm(draft, verifier.path, ["en"], limit=N_PROMPTS, max_new_tokens=MAX_TOKENS, log_path=log)
+def results(verifier, engine_processes) -> tuple[AcceptanceResult, AcceptanceResult]:
+    draft = shipped_for_language(verifier.name, "en", specialist=True).path
+    engine = engine_processes["en"]
+    assert engine.spec.draft == draft and engine.spec.k == 3
+    vllm = evaluate_vllm(draft, verifier.path, ["en"], limit=N_PROMPTS, max_new_tokens=MAX_TOKENS, engine_url=engine.url)
     offline = evaluate_offline(
         draft, verifier.path, ["en"], limit=N_PROMPTS, max_new_tokens=MAX_TOKENS, device="cpu", dtype=choose_dtype().dtype,
         progress=False,

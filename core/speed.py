@@ -162,10 +162,10 @@ def tokens_per_second(expected: float, step_s: float | None) -> float | None:
 # Prefill, per prompt token, in steps of the verifier alone at batch 1 (a step without speculation). A step
 # time from `polyspec engines calibrate` is wall time over steps for short raw prompts (16 tokens, no chat
 # template): it hides almost no prefill. A chat request's prompt is 78-196 tokens (MT-Bench first turns with
-# SmolLM2's template), and on the 2-core machine of docs/speed.md each prompt token cost 4.2-5.1 ms in every
-# committed speed_policy run (least squares of request seconds on steps and prompt tokens), 0.076 of the
-# verifier-alone step there (63.4 ms). Left out, it made every prediction 11-26 % too high, Russian (the
-# longest prompts in tokens) the most.
+# SmolLM2's template), and on the 2-core machine of docs/speed.md each prompt token cost 4.7-4.9 ms on the
+# draft engines of every committed speed_policy run (least squares of request seconds on steps and prompt
+# tokens; bench/prediction_gap.py), 0.076 of the verifier-alone step of the last run (63.4 ms). Left out, it
+# made every prediction of that run 15-26 % too high, Russian (the longest prompts in tokens) the most.
 PREFILL_STEPS_PER_TOKEN = 0.076
 
 

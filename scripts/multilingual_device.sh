@@ -10,8 +10,9 @@
 #
 # A device call from a checkout with the shipped drafts is over the 64 MiB that travels: untrack them for the
 # calls (`git rm -q -r --cached models/drafts` plus `/models/drafts/` in .git/info/exclude; afterwards
-# `git reset -q -- models/drafts` and drop the exclude line). Back under $OUT: the run's --json output and log,
-# summary.json (seconds per stage, coverage, acceptance), the evaluation, and the draft's two files.
+# `git reset -q -- models/drafts` and drop the exclude line). Back under $OUT (8 files at most): the run's --json
+# output (run.json, whose "summary" has the seconds per stage, coverage and acceptance), the log, the evaluation
+# (results.json), the run's small JSON files, and the draft (config, weights in two parts, sha256).
 set -u
 cmd=${1:-wait}
 export PYTHONPATH=/tmp/site:/tmp/pkg HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 POLYSPEC_HOME=/tmp/pshome
@@ -22,9 +23,8 @@ start=$(date +%s)
 
 collect() {
   local d=/tmp/pshome/runs/$RUN
-  cp $R/run.json $R/progress.txt "$OUT/" 2>/dev/null
+  cp $R/run.json "$OUT/" 2>/dev/null  # progress.txt: printed below
   [ -f $R/run.log ] && grep -v -E '━|Loading weights' $R/run.log | tail -c 200000 > "$OUT/run.log"
-  [ -f $d/summary.json ] && cp $d/summary.json "$OUT/"
   [ -f $d/evaluate/results.json ] && cp $d/evaluate/results.json "$OUT/"
   (cd $d 2>/dev/null && find . -name '*.json' -size -4M -not -path './evaluate/*' -not -path '*/checkpoints/*' \
     -not -path './hidden-states/*' | tar -czf "$OUT/run-files.tgz" -T -)
@@ -52,7 +52,9 @@ verifier)
   (cd /tmp && python3 -m polyspec.cli train --help | head -n 5)
   ;;
 go)
-  mkdir -p $R && tar xJf .device/p37/run.txz -C /tmp || exit 1
+  rm -rf $R && mkdir -p $R && tar xJf .device/p37/run.txz -C /tmp || exit 1  # $R: a new attempt's progress
+  # training.prompts imports core.langid (wordfreq): language ID ran here, so an empty module stands in there
+  python3 -c "import wordfreq" 2>/dev/null || echo '"""Stand-in: language ID runs on the CPU side."""' > /tmp/site/wordfreq.py
   cd /tmp  # not the checkout: there `-m polyspec.cli` would find ./polyspec/ without core/, models/... (/tmp/pkg has them)
   (cd /tmp && python3 -m polyspec.cli train status $RUN)
   setsid nohup bash -c "t0=\$(date +%s); python3 -m polyspec.cli train run --run-id $RUN --resume --gpus 1 --json \

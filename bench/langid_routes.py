@@ -12,7 +12,7 @@ the cost of a wrong label in tokens/s, and language ID's time per call before an
   and step_s the calibrated step of the k = 3 drafts' engine shape in docs/benchmarks/speed_policy.json. For
   each fleet, the right draft is the one the fleet serves L with, the wrong one the draft the wrong label
   picks; the labels and their shares come from the first-two-word run.
-- **Time per call.** `detect_cleaned` on the held-out cuts, one call at a time as the router calls it, in
+- **Time per call.** CPU time of `detect_cleaned` on the held-out cuts, one call at a time as the router calls it, in
   separate processes for this tree and for a git ref (``--micro-before REF``: its core/ is unpacked and
   imported in place of this one), in alternating rounds; the median round.
 """
@@ -161,7 +161,8 @@ def _load_core(core_dir: str | None) -> Any:
 
 
 def _time_calls(texts_path: str, core_dir: str | None) -> dict[str, dict[str, float]]:
-    """Microseconds per `detect_cleaned` call on each set of texts, restricted and not (one round)."""
+    """CPU microseconds per `detect_cleaned` call on each set of texts, restricted and not (one round): the
+    process's CPU time, which other jobs on a shared machine disturb less than wall time does."""
     langid = _load_core(core_dir)
     payload = json.loads(Path(texts_path).read_text(encoding="utf-8"))
     labels = langid.allowed_labels(payload["restrict"])
@@ -173,10 +174,10 @@ def _time_calls(texts_path: str, core_dir: str | None) -> dict[str, dict[str, fl
             for text in texts:
                 langid.detect_cleaned(text, allowed)
         for name, texts in sets.items():
-            start = time.perf_counter()
+            start = time.process_time()
             for text in texts:
                 langid.detect_cleaned(text, allowed)
-            out.setdefault(mode, {})[name] = round(1e6 * (time.perf_counter() - start) / max(1, len(texts)), 2)
+            out.setdefault(mode, {})[name] = round(1e6 * (time.process_time() - start) / max(1, len(texts)), 2)
     return out
 
 
@@ -249,7 +250,7 @@ def markdown(d: dict[str, Any]) -> list[str]:
             lines.append(f"| {lang} | {fleet} | {f['draft']} | {f['tps']:.2f} | {wrong} | {f['worst_cost_tps']:.2f} | "
                          f"{f['expected_loss_tps']:.3f} |")
     m = d["per_call_us"]
-    lines += ["", f"Time per `detect_cleaned` call, µs (median of {m['rounds']} rounds, restricted to {len(m['restrict'])} "
+    lines += ["", f"CPU time per `detect_cleaned` call, µs (median of {m['rounds']} rounds, restricted to {len(m['restrict'])} "
               f"languages as a router is, and unrestricted; before: {m['before_ref'] or 'not timed'}):", "",
               "| texts | " + " | ".join(f"{tree} {mode}" for tree in ("before", "now") if tree in m
                                          for mode in ("restricted", "unrestricted")) + " |",

@@ -177,7 +177,10 @@ def parse_traffic(text: str) -> list[Cell]:
 
 
 def write_plan(plan: FleetPlan, path: Path) -> None:
-    atomic_write_text(path, yaml.safe_dump(plan.model_dump(mode="json"), sort_keys=False, allow_unicode=True))
+    try:
+        atomic_write_text(path, yaml.safe_dump(plan.model_dump(mode="json"), sort_keys=False, allow_unicode=True))
+    except OSError as exc:
+        raise PlanError(f"cannot write the plan to {path}: {exc.strerror or exc}") from None
 
 
 def read_plan(path: Path) -> FleetPlan:

@@ -162,6 +162,12 @@ def test_a_plan_file_is_checked_against_the_registry(reg, drafts, registry_url, 
         read_plan(tmp_path / "missing.yaml")
 
 
+def test_a_plan_that_cannot_be_written_says_so(drafts, registry_url, tmp_path) -> None:
+    (tmp_path / "file").write_text("")
+    out = _plan(registry_url, "--engines", "1", "--traffic", "en=1", "--write", str(tmp_path / "file" / "plan.yaml"))
+    assert out.exit_code == 2 and "cannot write the plan" in (out.stderr or out.output)
+
+
 def test_traffic_parsing_normalises_codes() -> None:
     cells = parse_traffic("FRA=0.25, en:code=0.25,ja=0.5")
     assert [(c.language, c.domain, c.share) for c in cells] == [("fr", "general", 0.25), ("en", "code", 0.25),

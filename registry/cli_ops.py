@@ -8,8 +8,11 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.console import Console
 
 from polyspec.registry.cli_base import JsonOpt, VerifierOpt, _dump, _fmt_mal, _kv, _reg, _table, app
+from polyspec.registry.errors import ImportFailed, RegistryError
+from polyspec.registry.profiles import DEFAULT_COVERAGE_THRESHOLD
 
 
 @app.command("deployments")
@@ -39,8 +42,6 @@ def deploy(draft: Optional[str] = typer.Argument(None, metavar="[NAME[@VERSION]]
            verifier: Optional[str] = VerifierOpt,
            as_json: bool = JsonOpt) -> None:
     """Deploy a draft (or the bare verifier) at an engine URL or with a launch spec."""
-    from polyspec.registry.errors import RegistryError
-
     try:
         spec = json.loads(launch) if launch else None
     except ValueError as exc:
@@ -102,13 +103,10 @@ def add_language(lang: str = typer.Argument(..., metavar="LANG", help="ISO 639-1
                  as_json: bool = JsonOpt) -> None:
     """Which existing draft covers a language (measured or predicted acceptance, vocabulary coverage, script),
     and the plan: extend the multilingual draft, fine-tune, or train a specialist from scratch."""
-    from polyspec.registry.profiles import DEFAULT_COVERAGE_THRESHOLD
-
     opts = {"threshold": threshold if threshold is not None else DEFAULT_COVERAGE_THRESHOLD, "shipped": shipped}
     reg = _reg()
     if as_json:
         return _dump(reg.add_language(lang, prompts, verifier, **opts))
-    from rich.console import Console
 
     with Console(stderr=True).status(f"profiling {lang}: script, vocabulary coverage, acceptance..."):
         p = reg.add_language(lang, prompts, verifier, **opts)
@@ -167,8 +165,6 @@ def export(out: Optional[Path] = typer.Argument(None, help="File to write (defau
 def import_(src: Path = typer.Argument(..., help="A file written by `polyspec registry export`."),
             as_json: bool = JsonOpt) -> None:
     """Merge an export into this registry (all or nothing; identical rows are skipped)."""
-    from polyspec.registry.errors import ImportFailed
-
     try:
         data = json.loads(src.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:

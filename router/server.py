@@ -31,6 +31,8 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from polyspec.core.errors import InvalidInput
+from polyspec.core.settings import get_settings
+from polyspec.router.admin.auth import unsafe_admin
 from polyspec.router.asgi import HOOK_KEY, ConnectionHook
 from polyspec.router.config import RouterConfig
 from polyspec.router.errors import error_body
@@ -203,9 +205,6 @@ class RouterServer(uvicorn.Server):
 def build_server(app: Any, config: RouterConfig, *, log_level: str = "info") -> RouterServer:
     """The server `polyspec serve` runs: ``build_server(app, config).run()``. `InvalidInput` when the app
     mounts the admin where it would be exposed without a token (router.admin.auth.unsafe_admin)."""
-    from polyspec.core.settings import get_settings
-    from polyspec.router.admin.auth import unsafe_admin
-
     if getattr(app.state, "admin_mounted", False):
         problem = unsafe_admin(config, get_settings().admin_token)
         if problem is not None:

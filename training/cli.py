@@ -17,10 +17,19 @@ import sys
 from typing import Any, Optional
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
 from polyspec.core.cli import PolyspecTyper
-
+from polyspec.training import distributed
 from polyspec.training.cli_options import knob_signature_source, knobs_to_config
+from polyspec.training.config import STAGES
+from polyspec.training.fit import resolve_device
+from polyspec.training.pipeline import run_pipeline, start_run
+from polyspec.training.plan import config_from_plan
+from polyspec.training.run_guard import discard_on_input_error, note_input_error
+from polyspec.training.runs import Run, runs_root
+from polyspec.training.runs import redo as redo_stage
 
 app = PolyspecTyper(help="Train per-language Eagle3 drafts: prompts -> answers -> hidden states -> vocab -> fit -> "
                        "evaluate -> register.", no_args_is_help=False, invoke_without_command=True)
@@ -36,8 +45,6 @@ def _print_result(summaries: dict[str, Any], run: Any, as_json: bool) -> None:
 
 
 def _stages_for(until: str | None) -> list[str] | None:
-    from polyspec.training.config import STAGES
-
     if until is None:
         return None
     if until not in STAGES:
@@ -48,9 +55,6 @@ def _stages_for(until: str | None) -> list[str] | None:
 def _open_or_create(check: Any = None, **knobs: Any) -> Any:
     """Create (or with --resume reopen) the run the knobs describe; ``check(config)`` runs before anything is
     created."""
-    from polyspec.training.pipeline import start_run
-    from polyspec.training.runs import Run
-
     resume, reuse_from = knobs.pop("resume"), knobs.pop("reuse_from", None)
     if resume and not knobs.get("run_id"):
         raise typer.BadParameter("--resume needs --run-id")
@@ -75,16 +79,12 @@ def _open_or_create(check: Any = None, **knobs: Any) -> Any:
 
 def _run_command(*, until: Optional[str] = None, redo: Optional[list[str]] = None, json_out: bool = False,
                  gpus: Optional[int] = None, launcher: Optional[str] = None, **knobs: Any) -> None:
-    from polyspec.training import distributed
-
     if launcher not in (None, "torchrun"):
         raise typer.BadParameter(f"--launcher must be torchrun, got {launcher!r}")
     if distributed.in_torchrun_worker():
         return _run_worker(until, redo or [], json_out, knobs)
     if gpus is not None or launcher == "torchrun":
         return _launch(gpus, until, redo or [], json_out, knobs)
-    from polyspec.training.pipeline import run_pipeline
-    from polyspec.training.run_guard import discard_on_input_error
 
     fresh = not knobs.get("resume")
     run = _open_or_create(**knobs)
@@ -95,17 +95,12 @@ def _run_command(*, until: Optional[str] = None, redo: Optional[list[str]] = Non
 
 def _launch(gpus: Optional[int], until: Optional[str], redo: list[str], json_out: bool, knobs: dict[str, Any]) -> None:
     """Create the run here (a bad knob fails before any worker starts), then resume it in torchrun workers."""
-    from polyspec.training import distributed
-    from polyspec.training.runs import redo as redo_stage
-
     _stages_for(until)  # a bad --until fails here, not in every worker
     chosen: dict[str, int] = {}
 
     def check(config: Any) -> None:
         chosen["n"] = gpus if gpus is not None else distributed.default_nproc(config.device)
         distributed.check_nproc(chosen["n"], config.device)
-
-    from polyspec.training.run_guard import discard_on_input_error
 
     fresh = not knobs.get("resume")
     run = _open_or_create(check=check, **knobs)
@@ -119,12 +114,6 @@ def _launch(gpus: Optional[int], until: Optional[str], redo: list[str], json_out
 
 def _run_worker(until: Optional[str], redo: list[str], json_out: bool, knobs: dict[str, Any]) -> None:
     """One torchrun worker: rank 0 opens (or creates) the run and tells the others its id."""
-    from polyspec.training import distributed
-    from polyspec.training.pipeline import run_pipeline
-    from polyspec.training.fit import resolve_device
-    from polyspec.training.run_guard import note_input_error
-    from polyspec.training.runs import Run
-
     resume = knobs.get("resume")
     saved = Run.open(knobs["run_id"]).config if resume and knobs.get("run_id") else None
     world = distributed.init_world(resolve_device(knobs_to_config(dict(knobs), saved).device))
@@ -165,9 +154,6 @@ def _stage_command(stage: str, doc: str) -> None:
         redo: bool = typer.Option(False, "--redo", help="Discard this stage's output and run it again."),
         json_out: bool = typer.Option(False, "--json", help="Print the stage summary as JSON."),
     ) -> None:
-        from polyspec.training.pipeline import run_pipeline
-        from polyspec.training.runs import Run
-
         run = Run.open(run_id)
         summaries = run_pipeline(run, stages=[stage], redo=[stage] if redo else ())
         _print_result(summaries, run, json_out)
@@ -191,11 +177,6 @@ for _stage, _doc in {
 def status_cmd(run_id: str = typer.Argument(..., help="The run."),
                json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """Show each stage of a run: done, partial (interrupted) or pending."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from polyspec.training.runs import Run
-
     run = Run.open(run_id)
     rows = run.status()
     if json_out:
@@ -212,8 +193,6 @@ def status_cmd(run_id: str = typer.Argument(..., help="The run."),
 @app.command("list")
 def list_cmd(json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """List the runs under $POLYSPEC_HOME/runs."""
-    from polyspec.training.runs import Run, runs_root
-
     root = runs_root()
     runs = [Run.open(p.name) for p in sorted(root.glob("*")) if (p / "run.json").is_file()] if root.is_dir() else []
     if json_out:
@@ -246,9 +225,6 @@ def main(
 
 
 def _plan(language: str, **options: Any) -> None:
-    from polyspec.training.plan import config_from_plan
-    from polyspec.training.pipeline import run_pipeline, start_run
-
     show = options.pop("show")
     config = config_from_plan(language, **options)
     if show:

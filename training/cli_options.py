@@ -11,6 +11,9 @@ from typing import Any, Optional
 
 import typer
 
+from polyspec.training.config import MULTILINGUAL, RunConfig, default_run_id
+from polyspec.training.multilingual import MixError, parse_mix
+
 # flag name -> dotted RunConfig field
 FIELDS: dict[str, str] = {
     "language": "language", "verifier": "verifier", "mode": "mode", "parent": "parent_draft", "seed": "seed",
@@ -114,8 +117,6 @@ def _convert(name: str, value: Any) -> Any:
 
 def knobs_to_config(knobs: dict[str, Any], saved: Any = None) -> Any:
     """RunConfig from a run.json (``--config`` or the resumed run) plus the flags that were given."""
-    from polyspec.training.config import RunConfig, default_run_id
-
     if saved is not None:
         tree = saved.model_dump(mode="json")
     elif knobs.get("config"):
@@ -136,9 +137,6 @@ def knobs_to_config(knobs: dict[str, Any], saved: Any = None) -> Any:
 def _set_mix(tree: "dict[str, Any]", knobs: dict[str, Any]) -> None:
     """--languages / --mix / --coverage-target: a multilingual run (language ``mul``), from scratch on a merged
     vocabulary unless --from names a parent to grow."""
-    from polyspec.training.config import MULTILINGUAL
-    from polyspec.training.multilingual import MixError, parse_mix
-
     mix = parse_mix(*(knobs.get(name) for name in MIX_FLAGS))
     if mix is None:
         return

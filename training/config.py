@@ -7,6 +7,7 @@ cosine schedule with 120 warm-up steps, 8192-token packing, ttt-steps 3, ttt-ste
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from pathlib import Path
 from typing import Literal
@@ -211,7 +212,5 @@ class RunConfig(_Strict):
 
 def default_run_id(language: str, mode: str) -> str:
     """A sortable, readable id: fr-finetune-20261130-142501."""
-    import datetime as dt
-
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return f"{language}-{mode}-{stamp}"

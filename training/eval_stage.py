@@ -10,14 +10,22 @@ comparison. results.json holds every AcceptanceResult; the registry stage record
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from rich.table import Table
+
 from polyspec.core.atomic import atomic_write_json
 from polyspec.models.acceptance import AcceptanceResult
+from polyspec.models.degenerate import answer_shape
 from polyspec.training.benchmarks import BenchPrompt, load_mtbench, mtbench_languages
 from polyspec.training.config import RunConfig
+from polyspec.training.eval_api import Answer, figures
+from polyspec.training.eval_offline import score_offline
 from polyspec.training.eval_options import DraftChoice, EvalOptions
+from polyspec.training.evaluate import evaluate_vllm, verifier_info
+from polyspec.training.multilingual import heldout_by_language
 from polyspec.training.prompts import read_jsonl
 from polyspec.training.runs import console
 
@@ -53,8 +61,6 @@ def served_languages() -> list[str]:
 def _heldout_items(prompts_dir: Path, cfg: RunConfig) -> list[BenchPrompt]:
     """The run's held-out prompts as one-turn benchmark items (the last user turn of each conversation); a
     multilingual run's per language, each language's own split."""
-    from polyspec.training.multilingual import heldout_by_language
-
     rows, limit = read_jsonl(prompts_dir / "heldout.jsonl"), cfg.eval.heldout_max_prompts
     if cfg.mix is not None:
         return [BenchPrompt(f"heldout-{lang}-{i}", lang, "heldout", 1, t)
@@ -68,12 +74,6 @@ def _measure_offline(drafts: list[DraftChoice], verifier: Any, items: dict[str, 
                      device: str) -> tuple[dict[str, dict[str, dict[str, AcceptanceResult]]], list[dict[str, Any]]]:
     """role -> bench -> language -> result, every draft scored on the same verifier answers (teacher-forced);
     and the figures over all answers and over non-degenerate ones (training.eval_api.figures), per bench."""
-    from dataclasses import asdict
-
-    from polyspec.models.degenerate import answer_shape
-    from polyspec.training.eval_api import Answer, figures
-    from polyspec.training.eval_offline import score_offline
-
     keys = [(bench, it) for bench, its in items.items() for it in its]
     if not keys:
         return {d.name: {} for d in drafts}, []
@@ -97,8 +97,6 @@ def _measure_offline(drafts: list[DraftChoice], verifier: Any, items: dict[str, 
 
 def run_evaluation(out_dir: Path, cfg: RunConfig, verifier_path: Path, candidate: Path, baseline: Path | None,
                    prompts_dir: Path, device: str) -> dict[str, Any]:
-    from polyspec.training.evaluate import evaluate_vllm, verifier_info
-
     languages = eval_languages(cfg)
     mtbench = load_mtbench(languages, turns=cfg.eval.mtbench_turns, limit=cfg.eval.mtbench_max_questions) \
         if languages else {}
@@ -138,8 +136,6 @@ def _round(value: float | None) -> float | None:
 
 
 def _print(results: dict[str, dict[str, dict[str, Any]]]) -> None:
-    from rich.table import Table
-
     table = Table(title="mean acceptance length (1 + sum of per-position acceptance)")
     for col in ("benchmark", "language", *results):
         table.add_column(col, justify="left" if col in ("benchmark", "language") else "right")

@@ -26,11 +26,23 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from rich.table import Table
+
 from polyspec.core.atomic import atomic_write_json
 from polyspec.core.errors import InvalidInput
+from polyspec.core.languages import UnknownLanguage, normalize_language
+from polyspec.core.prompts import PromptsError
+from polyspec.models.checksums import sha256_file
+from polyspec.models.coverage import CoverageError, coverage, merge_vocab
+from polyspec.models.draft_build import build_draft_model, load_draft, save_draft, vocab_mappings
+from polyspec.models.drafts import draft_token_ids, inspect_draft
+from polyspec.models.vocab_ref import english_top_token_ids
+from polyspec.registry import open_registry
 from polyspec.training.config import MULTILINGUAL, MixConfig, RunConfig, check_weights
 from polyspec.training.errors import NoPromptsForLanguage, TrainingError
+from polyspec.training.prompts import _annotate, _dedupe, _write_jsonl, read_jsonl, read_prompt_file, split_heldout
 from polyspec.training.runs import console
+from polyspec.training.vocab import count_tokens
 
 MIX_VOCAB_SIZE = 12288  # the default merged vocabulary: the largest whose draft stays under 25 MB (24.5 MB)
 
@@ -81,8 +93,6 @@ def parse_mix(languages: str | None, mix: str | None, coverage_target: float | N
 
 
 def _languages(text: str) -> list[str]:
-    from polyspec.core.languages import UnknownLanguage, normalize_language
-
     out: list[str] = []
     for raw in (t.strip() for t in text.split(",")):
         if not raw:
@@ -119,8 +129,6 @@ def _explicit(text: str) -> dict[str, float]:
 
 def live_requests(languages: list[str]) -> dict[str, int]:
     """Live requests per language, summed over routers, domains and drafts (registry live statistics)."""
-    from polyspec.registry import open_registry
-
     with open_registry() as reg:
         stats = reg.live_stats()
     counts: Counter[str] = Counter()
@@ -133,10 +141,6 @@ def live_requests(languages: list[str]) -> dict[str, int]:
 
 def build_mix_prompts(out_dir: Path, cfg: RunConfig) -> dict[str, Any]:
     """train.jsonl (the mixture) and heldout.jsonl (every language's split), with per-language provenance."""
-    from polyspec.core.prompts import PromptsError
-    from polyspec.models.checksums import sha256_file
-    from polyspec.training.prompts import _annotate, _dedupe, _write_jsonl, read_prompt_file, split_heldout
-
     mix, pc = _mix(cfg), cfg.prompts
     if not pc.files:
         raise PromptsError("no prompt file given (--prompts FILE)")
@@ -188,8 +192,6 @@ def _quotas(available: dict[str, int], weights: dict[str, float], total: int | N
 
 
 def _print_mix(languages: dict[str, dict[str, Any]]) -> None:
-    from rich.table import Table
-
     table = Table(title="prompts per language")
     for col in ("language", "weight", "available", "train", "share", "held out"):
         table.add_column(col, justify="left" if col == "language" else "right")
@@ -212,13 +214,6 @@ def build_mix_vocab(out_dir: Path, answers_path: Path, cfg: RunConfig, verifier:
     """t2d/d2t of a vocabulary that meets the coverage target for every language; the starting draft."""
     import numpy as np
     import torch
-
-    from polyspec.models.coverage import CoverageError, coverage, merge_vocab
-    from polyspec.models.draft_build import vocab_mappings
-    from polyspec.models.drafts import draft_token_ids
-    from polyspec.models.vocab_ref import english_top_token_ids
-    from polyspec.training.prompts import read_jsonl
-    from polyspec.training.vocab import count_tokens
 
     mix = _mix(cfg)
     rows = [r for r in read_jsonl(answers_path) if not r.get("replay")]
@@ -258,8 +253,6 @@ def build_mix_vocab(out_dir: Path, answers_path: Path, cfg: RunConfig, verifier:
 
 
 def _print_coverage(report: dict[str, Any]) -> None:
-    from rich.table import Table
-
     table = Table(title=f"coverage of each language's answer tokens by the {report['size']}-token merged vocabulary")
     for col in ("language", "answer tokens", "target", "merged", "English top-N"):
         table.add_column(col, justify="left" if col == "language" else "right")
@@ -273,9 +266,6 @@ def _init_mix_draft(out: Path, cfg: RunConfig, verifier: Any, parent: Path | Non
                     aux_layer_ids: list[int]) -> None:
     """A fresh draft on the merged vocabulary, or the parent grown to it: the parent's weights, lm_head rows
     (frozen) from the verifier's lm_head for every id of the new vocabulary."""
-    from polyspec.models.draft_build import build_draft_model, load_draft, save_draft
-    from polyspec.models.drafts import inspect_draft
-
     layers = inspect_draft(parent).num_layers if parent else cfg.fit.num_layers
     model = build_draft_model(verifier.path, t2d_token_ids=ids, num_layers=layers, seed=cfg.seed,
                               aux_layer_ids=aux_layer_ids, k=cfg.eval.k)

@@ -12,8 +12,6 @@ and runs the other stages on rank 0 (training.distributed).
 
 from __future__ import annotations
 
-from polyspec.core.settings import get_settings
-
 import functools
 import json
 from collections.abc import Callable, Iterable
@@ -21,11 +19,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from polyspec.core.atomic import atomic_write_json
+from polyspec.core.settings import get_settings
+from polyspec.models.drafts import DraftInvalid, inspect_draft
+from polyspec.models.verifiers import VerifierError, resolve_verifier
+from polyspec.training import answer_stage
+from polyspec.training import hidden_states as hs
 from polyspec.training.config import STAGES, RunConfig
 from polyspec.training.distributed import sharded_stage
 from polyspec.training.errors import ParentDraftError, TrainingError
+from polyspec.training.eval_stage import run_evaluation
+from polyspec.training.fit import resolve_device, run_fit
+from polyspec.training.hidden_states import default_aux_layers
+from polyspec.training.multilingual import build_mix_vocab
+from polyspec.training.prompts import build_prompts, read_jsonl
+from polyspec.training.registration import register_candidate
 from polyspec.training.runs import MARKER, Run, console, run_stage
 from polyspec.training.runs import redo as redo_stage
+from polyspec.training.vocab import build_vocab
 
 
 @dataclass
@@ -46,8 +57,6 @@ def start_run(config: RunConfig, home: Path | None = None, resume: bool = False)
 
 def resolve_parent(spec: str | None, verifier: Any) -> Path | None:
     """A draft directory, or a registry reference NAME[@VERSION]; checked against the verifier."""
-    from polyspec.models.drafts import DraftInvalid, inspect_draft
-
     if not spec:
         return None
     path = Path(spec).expanduser()
@@ -76,10 +85,6 @@ def _parent_from_registry(ref: str) -> Path:
 
 
 def make_context(run: Run, home: Path | None = None, world: Any = None) -> Context:
-    from polyspec.models.verifiers import VerifierError, resolve_verifier
-    from polyspec.training.fit import resolve_device
-    from polyspec.training.hidden_states import default_aux_layers
-
     cfg = run.config
     try:
         verifier = resolve_verifier(cfg.verifier)
@@ -104,8 +109,6 @@ def _marker(ctx: Context, stage: str) -> Path:
 
 
 def _prompts(ctx: Context) -> dict[str, Any]:
-    from polyspec.training.prompts import build_prompts
-
     cfg = ctx.run.config
     files = [*cfg.prompts.files, *(r.path for r in cfg.prompts.replay)]
     if cfg.mix is not None:
@@ -116,22 +119,17 @@ def _prompts(ctx: Context) -> dict[str, Any]:
 
 
 def _answers(ctx: Context) -> dict[str, Any]:
-    from polyspec.training import answer_stage as stage
-
     cfg, prompts, w = ctx.run.config, _marker(ctx, "prompts"), ctx.world
     if w is not None:
-        work = lambda out: stage.answer_shard(  # noqa: E731
+        work = lambda out: answer_stage.answer_shard(  # noqa: E731
             out, prompts.parent, ctx.verifier.path, cfg.answers, cfg.seed, ctx.device, w.rank, w.size)
-        merge = lambda out, counts: stage.merge_answer_shards(out, prompts.parent, cfg.answers, counts)  # noqa: E731
+        merge = lambda out, counts: answer_stage.merge_answer_shards(out, prompts.parent, cfg.answers, counts)  # noqa: E731
         return sharded_stage(ctx.run, "answers", w, work, merge, [prompts])
-    body = lambda out: stage.build_answers(out, prompts.parent, ctx.verifier.path, cfg.answers, cfg.seed, ctx.device)  # noqa: E731
+    body = lambda out: answer_stage.build_answers(out, prompts.parent, ctx.verifier.path, cfg.answers, cfg.seed, ctx.device)  # noqa: E731
     return run_stage(ctx.run, "answers", body, [prompts], resumable=True)
 
 
 def _hidden(ctx: Context) -> dict[str, Any]:
-    from polyspec.training import hidden_states as hs
-    from polyspec.training.prompts import read_jsonl
-
     cfg, answers, w = ctx.run.config, _marker(ctx, "answers"), ctx.world
     if w is not None:
         rows = functools.cache(lambda: read_jsonl(answers.parent / "answers.jsonl"))  # read only if the stage runs
@@ -148,9 +146,6 @@ def _hidden(ctx: Context) -> dict[str, Any]:
 
 
 def _vocab(ctx: Context) -> dict[str, Any]:
-    from polyspec.training.multilingual import build_mix_vocab
-    from polyspec.training.vocab import build_vocab
-
     answers = _marker(ctx, "answers")
     inputs = [answers, *([ctx.parent / "model.safetensors"] if ctx.parent else [])]
     build = build_mix_vocab if ctx.run.config.mix is not None else build_vocab
@@ -160,8 +155,6 @@ def _vocab(ctx: Context) -> dict[str, Any]:
 
 
 def _fit(ctx: Context) -> dict[str, Any]:
-    from polyspec.training.fit import run_fit
-
     cfg, hidden, vocab = ctx.run.config, _marker(ctx, "hidden-states"), _marker(ctx, "vocab")
     body = lambda out: run_fit(  # noqa: E731
         out, hidden.parent, vocab.parent / "init_draft", ctx.verifier.path, cfg.fit, cfg.seed, ctx.device, ctx.world)
@@ -178,8 +171,6 @@ def _merge_fit(out: Path, results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _evaluate(ctx: Context) -> dict[str, Any]:
-    from polyspec.training.eval_stage import run_evaluation
-
     cfg, fit, prompts = ctx.run.config, _marker(ctx, "fit"), _marker(ctx, "prompts")
     baseline = ctx.parent or (ctx.run.require("vocab") / "init_draft")
     body = lambda out: run_evaluation(  # noqa: E731
@@ -188,8 +179,6 @@ def _evaluate(ctx: Context) -> dict[str, Any]:
 
 
 def _register(ctx: Context) -> dict[str, Any]:
-    from polyspec.training.registration import register_candidate
-
     evaluate = _marker(ctx, "evaluate")
     results = json.loads((evaluate.parent / "results.json").read_text(encoding="utf-8"))["results"]
     summaries = {s: ctx.run.summary(s) for s in STAGES}
@@ -199,8 +188,6 @@ def _register(ctx: Context) -> dict[str, Any]:
 
 
 def _write_registration(out: Path, summary: dict[str, Any]) -> dict[str, Any]:
-    from polyspec.core.atomic import atomic_write_json
-
     atomic_write_json(out / "registered.json", summary)
     return summary
 
@@ -236,8 +223,6 @@ def run_pipeline(run: Run, stages: Iterable[str] | None = None, redo: Iterable[s
 def write_run_summary(run: Run, device: str, world_size: int | None = None) -> dict[str, Any]:
     """runs/RUN_ID/summary.json: the languages, seconds per stage on which device, data per language,
     vocabulary coverage per language and the evaluation, from the stage markers."""
-    from polyspec.core.atomic import atomic_write_json
-
     cfg = run.config
     prompts, vocab = run.summary("prompts"), run.summary("vocab")
     out = {

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from polyspec.core.atomic import atomic_dir
+from polyspec.registry import open_registry
 from polyspec.training.config import RunConfig
-from polyspec.training.runs import console, file_record
+from polyspec.training.runs import code_version, console, file_record
 
 
 def durable_copy(src: Path, home: Path, run_id: str) -> Path:
@@ -28,8 +29,6 @@ def durable_copy(src: Path, home: Path, run_id: str) -> Path:
 
 
 def provenance(run: Any, summaries: dict[str, Any], parent_ref: str | None, parent_path: Path | None) -> dict[str, Any]:
-    from polyspec.training.runs import code_version
-
     cfg: RunConfig = run.config
     prompt_files = [*cfg.prompts.files, *(r.path for r in cfg.prompts.replay)]
     return {
@@ -65,8 +64,6 @@ def find_registered(reg: Any, verifier: str, path: Path | None) -> str | None:
 
 def register_candidate(run: Any, verifier_name: str, draft_dir: Path, results: dict[str, Any],
                        summaries: dict[str, Any], parent_path: Path | None, home: Path) -> dict[str, Any]:
-    from polyspec.registry import open_registry
-
     cfg: RunConfig = run.config
     name = cfg.registration.draft_name or f"{verifier_name}-{cfg.language}-{cfg.domain}"
     with open_registry() as reg:

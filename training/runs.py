@@ -8,6 +8,7 @@ redo it when an earlier stage was redone (its inputs changed).
 
 from __future__ import annotations
 
+from polyspec import __version__
 from polyspec.core.settings import get_settings
 
 import json
@@ -23,6 +24,7 @@ from typing import Any
 from rich.console import Console
 
 from polyspec.core.atomic import atomic_write_json
+from polyspec.models.checksums import sha256_file
 from polyspec.training.config import STAGES, RunConfig
 from polyspec.training.errors import RunConfigMismatch, RunExists, RunNotFound, StageCorrupt, StageMissing
 
@@ -39,8 +41,6 @@ def runs_root(home: Path | None = None) -> Path:
 
 def code_version() -> str:
     """polyspec.__version__ plus the git commit of the source tree when there is one (+dirty marker)."""
-    from polyspec import __version__
-
     repo = Path(__file__).resolve().parents[1]
     try:
         sha = subprocess.run(
@@ -58,8 +58,6 @@ def code_version() -> str:
 
 
 def file_record(path: Path) -> dict[str, Any]:
-    from polyspec.models.checksums import sha256_file
-
     return {"size": path.stat().st_size, "sha256": sha256_file(path)}
 
 
@@ -75,8 +73,6 @@ def tree_records(root: Path) -> dict[str, dict[str, Any]]:
 
 def check_records(root: Path, records: dict[str, dict[str, Any]]) -> list[str]:
     """Problems between the files under ``root`` and their recorded size/sha256 (empty = fine)."""
-    from polyspec.models.checksums import sha256_file
-
     problems = []
     for rel, rec in records.items():
         path = root / rel

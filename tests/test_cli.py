@@ -11,9 +11,13 @@ from polyspec import __version__
 
 
 def test_every_part_mounts_in_the_full_install():
+    """Every part imports and registers its commands: the root group loads parts lazily, so resolve each one."""
     from polyspec import cli
 
+    resolved = {name: cli.resolve(name) for name in cli.COMMANDS}
     assert cli.UNAVAILABLE == {}, f"sub-apps failed to import: {cli.UNAVAILABLE}"
+    assert all(command.name == name for name, command in resolved.items())
+    assert {"plan", "k8s"} <= set(resolved["deploy"].commands)  # two parts make `deploy`
     names = {c.name for c in cli.app.registered_commands} | {g.name for g in cli.app.registered_groups}
     assert set(name for commands in cli.SUB_APPS.values() for name in commands) <= names
     assert {"models", "registry", "train", "eval", "serve", "langid", "up", "demo", "engines"} <= names

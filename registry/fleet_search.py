@@ -205,6 +205,8 @@ def plan_fleet(*, verifier: str, engines: int, cells: Sequence[Cell], candidates
         value = model.assign(fleet)[0]
         added = next((name for name in fleet if fleet[name] > (fleets[-1] if fleets else {}).get(name, 0)),
                      next(iter(fleet)))
+        if value - previous < MIN_GAIN * max(previous, 1e-9):
+            added = "-"  # no engine more adds speed: which one fills the slot is arbitrary
         marginal.append(Marginal(engines=n, weighted_tps=round(value, 3), added_tps=round(value - previous, 3),
                                  added=added))
         fleets.append(fleet)

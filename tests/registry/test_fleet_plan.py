@@ -70,6 +70,7 @@ def test_the_plan_takes_the_fastest_fleet_and_says_what_each_engine_adds(drafts,
     assert plan.weighted_tps == pytest.approx(sum(p.share * p.tps for p in plan.predicted), abs=1e-2)
     assert [m.engines for m in plan.marginal] == [1, 2, 3, 4]
     assert plan.marginal[1].added_tps > 0 and plan.marginal[2].added_tps == pytest.approx(0, abs=1e-3)
+    assert plan.marginal[1].added in {e.name for e in plan.entries} and plan.marginal[2].added == "-"
     assert plan.assumptions["step_times"].startswith("prior")
 
 

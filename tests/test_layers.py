@@ -82,3 +82,19 @@ def test_router_commands_help_loads_no_torch(command: str) -> None:
     assert "Usage" in done.stdout and command in done.stdout  # it printed this command's help
     loaded = json.loads(done.stdout.rsplit("LOADED=", 1)[1])
     assert loaded == [], f"`polyspec {command} --help` loaded {loaded}"
+
+
+def test_product_tests_never_import_the_bench() -> None:
+    """bench/ is the lab: its own tests live in tests/bench/; a product test that imported it would fail (or
+    pass) with the lab. Helpers both use (the adaptation fleet, the fake OpenAI backend) live in tests/."""
+    import ast
+
+    offenders = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if (ROOT / "tests" / "bench") in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n == "bench" or n.startswith("bench.")]
+    assert offenders == [], offenders

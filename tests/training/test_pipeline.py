@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from polyspec.models import hidden as models_hidden
+from polyspec.training import answers as training_answers
 from tests.training.test_vocab import _lm_head_matches_verifier
 from polyspec.training.config import RunConfig
 from polyspec.training.pipeline import run_pipeline, start_run
@@ -75,7 +76,9 @@ def test_tiny_run_resumes_and_beats_its_parent(verifier, base_draft_dir: Path, f
 
     run = start_run(_config(verifier, base_draft_dir, fr_prompts), home=tmp_path)
     with monkeypatch.context() as m:
-        m.setattr(models_hidden, "load_verifier_model", _flaky_verifier_loader(fail_on_call=2))
+        flaky = _flaky_verifier_loader(fail_on_call=2)
+        m.setattr(models_hidden, "load_verifier_model", flaky)
+        m.setattr(training_answers, "load_verifier_model", flaky, raising=False)  # where the answers stage reads it
         with pytest.raises(VerifierGone):
             run_pipeline(run, home=tmp_path)
     first_batch = read_jsonl(run.stage_dir("answers") / "answers.jsonl")

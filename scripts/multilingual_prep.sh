@@ -6,7 +6,7 @@
 #   bash scripts/multilingual_prep.sh         # .device/p37/run.txz (prompt files + the run), .device/whl2 (CLI wheels)
 #   then the device calls of scripts/multilingual_device.sh
 #
-# Every language of the data pack (shared/data/train and train/more, en_sharegpt left out), English kept at 30 %
+# Every language of the data pack (shared/data/train and train/more, en_sharegpt left out), English kept at 35 %
 # of the training prompts and the 17 others sharing the rest equally; each language holds out its own split.
 set -eu
 cd "$(dirname "$0")/.."
@@ -19,7 +19,7 @@ for f in "$DATA"/train/*.jsonl; do [ "$(basename "$f")" = en_sharegpt.jsonl ] ||
 for f in "$DATA"/train/more/*.jsonl.gz; do zcat "$f" > "$P/more/$(basename "$f" .gz)"; done
 MIX=$(python3 -c "
 langs = '$LANGS'.split(','); rest = [l for l in langs if l != 'en']
-w = {l: round(0.70 / len(rest), 6) for l in rest}; w['en'] = round(1 - sum(w.values()), 6)
+w = {l: round(0.65 / len(rest), 6) for l in rest}; w['en'] = round(1 - sum(w.values()), 6)
 print(','.join(f'{l}={w[l]}' for l in langs))")
 cat > $P/plan.json <<'EOF'
 {"answers": {"max_prompt_tokens": 1024},
@@ -32,7 +32,7 @@ rm -rf /tmp/pshome/runs/$RUN
 POLYSPEC_HOME=/tmp/pshome .venv/bin/python -m polyspec.cli train run --languages $LANGS --mix "$MIX" \
   $(for f in $P/train/*.jsonl $P/more/*.jsonl; do echo --prompts "$f"; done) --config $P/plan.json \
   --run-id $RUN --verifier /tmp/v --max-prompts 9000 --coverage-target 0.95 --draft-vocab-size 12288 \
-  --max-new-tokens 256 --answer-batch-size 512 --layers 1 --epochs 4 --lr 5e-4 --warmup-steps 60 \
+  --max-new-tokens 256 --answer-batch-size 1024 --layers 1 --epochs 4 --lr 5e-4 --warmup-steps 60 \
   --eval-turns 1,2 --eval-max-new-tokens 256 --no-register --until prompts
 (cd /tmp && tar cJf "$OLDPWD/.device/p37/run.txz" p37 pshome/runs/$RUN)
 # the CLI's imports that the GPU machine lacks (pins from requirements.lock), for its Python 3.12

@@ -198,9 +198,17 @@ def test_the_resumed_training_is_gated_canaried_and_swapped_in_under_traffic(fle
     assert candidate.status == "active" and candidate.languages == ["it"]
     fit = candidate.provenance["stages"]["fit"]
     assert fit["resumed_from_epoch"] == EPOCHS - 2 and fit["steps"] == fit["planned_steps"]  # one epoch left
+    fleet["at_swap"] = dict(traffic.backends)
+
+
+def test_the_swapped_in_draft_serves_until_the_rollback_and_no_request_failed(fleet: dict, traffic: Traffic,
+                                                                              reg: Any) -> None:
+    swap = reg.last_adaptation("it", "swap")
+    assert swap is not None, "runs after the swap test, with its candidate"
+    candidate = reg.get_draft(swap.details["candidate"])
     # The swapped-in engine serves Italian under traffic: the fleet's MAL policy (tests.adapt.fleet.start_fleet)
     # puts the language's own pool, now the candidate's, first.
-    at_swap = dict(traffic.backends)
+    at_swap = fleet["at_swap"]
 
     def after() -> dict[str, int]:
         return {k: v - at_swap.get(k, 0) for k, v in traffic.backends.items() if k.startswith("it:")}
@@ -208,12 +216,6 @@ def test_the_resumed_training_is_gated_canaried_and_swapped_in_under_traffic(fle
     _wait(lambda: after().get(f"it:{swap.details['deployment']}", 0) >= 4, 120, "Italian requests on the new engine")
     print(f"Italian requests per engine since the swap: {after()}")
     assert after().get(f"it:{swap.details['deployment']}", 0) > after().get("it:en-engine", 0), after()
-
-
-def test_rollback_takes_the_swapped_draft_out_and_no_request_failed(fleet: dict, traffic: Traffic, reg: Any) -> None:
-    swap = reg.last_adaptation("it", "swap")
-    assert swap is not None, "runs after the swap test, with its candidate"
-    candidate = reg.get_draft(swap.details["candidate"])
     back = _adapt(fleet, "rollback", "it", "--json")
     assert back.returncode == 0, back.stderr[-3000:]
     served = traffic.requests

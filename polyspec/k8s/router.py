@@ -37,10 +37,13 @@ def _drain_grace_s(settings: K8sSettings) -> float:
 def router_env(settings: K8sSettings) -> list[dict[str, Any]]:
     """The router's environment: registry URL and admin token from Secrets, its settings as POLYSPEC_ROUTER_*."""
     dash = settings.dashboard
+    # A router listening on the pod's address refuses to mount /admin without a token, so the Secret is
+    # required (the pod waits for it, saying which) unless the dashboard is off.
+    token = [{"name": "POLYSPEC_ADMIN_TOKEN",
+              "valueFrom": {"secretKeyRef": {"name": dash.admin_token_secret, "key": "token"}}}] if dash.enabled else []
     env: list[dict[str, Any]] = [
         _registry_env(settings),
-        {"name": "POLYSPEC_ADMIN_TOKEN",
-         "valueFrom": {"secretKeyRef": {"name": dash.admin_token_secret, "key": "token", "optional": True}}},
+        *token,
         {"name": "POLYSPEC_HOME", "value": HOME},
         {"name": "POLYSPEC_ROUTER_ROUTER_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
     ]
@@ -58,7 +61,8 @@ def router_manifests(settings: K8sSettings) -> list[dict[str, Any]]:
     probe = {"periodSeconds": 5, "timeoutSeconds": 3}
     container = {
         "name": "router", "image": r.image,
-        "command": ["polyspec", "serve", "--host", "0.0.0.0", "--port", str(r.port)],
+        "command": ["polyspec", "serve", "--host", "0.0.0.0", "--port", str(r.port),
+                    *([] if settings.dashboard.enabled else ["--no-admin"])],
         "ports": [{"name": "http", "containerPort": r.port}],
         "env": router_env(settings),
         "resources": {"requests": {"cpu": r.cpu, "memory": r.memory}, "limits": {"memory": r.memory}},

@@ -169,9 +169,12 @@ class MonitoringSettings(_Part):
 
 
 class DashboardSettings(_Part):
+    enabled: bool = Field(default=True, description="Mount the /admin dashboard on the routers. A router on the "
+                          "pod's address refuses to mount it without a token, so the token Secret is then "
+                          "required; false renders `polyspec serve --no-admin` and needs no Secret.")
     admin_token_secret: str = Field(default="polyspec-admin", description="Secret whose `token` key becomes "
-                                    "POLYSPEC_ADMIN_TOKEN (optional: without it /admin answers loopback only, "
-                                    "i.e. `kubectl port-forward`).")
+                                    "POLYSPEC_ADMIN_TOKEN (required while the dashboard is enabled: a router pod "
+                                    "waits for it).")
     ingress_host: str | None = Field(default=None, description="Host of an Ingress for the API and /admin; "
                                      "also added to the router's admin_allowed_hosts.")
     ingress_class: str | None = Field(default=None, description="ingressClassName of that Ingress.")

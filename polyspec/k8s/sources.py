@@ -137,10 +137,17 @@ def notes(targets: list[EngineTarget], settings: K8sSettings) -> str:
     for target in targets:
         url = engine_url(names[target.deployment], settings)
         lines.append(f"   {target.deployment}: {url}")
-    lines += ["", f"4. Dashboard: kubectl -n {settings.namespace} port-forward svc/{router_name(settings)} "
-              f"{settings.router.port} and open http://localhost:{settings.router.port}/admin"
-              + (f", or https://{settings.dashboard.ingress_host}/admin with the admin token."
-                 if settings.dashboard.ingress_host else ".")]
+    dash = settings.dashboard
+    if dash.enabled:
+        lines += ["", f"4. Dashboard: the routers start once Secret {dash.admin_token_secret} (key token) exists: "
+                  f"kubectl -n {settings.namespace} create secret generic {dash.admin_token_secret} "
+                  "--from-literal=token=$(openssl rand -hex 32)",
+                  f"   Then kubectl -n {settings.namespace} port-forward svc/{router_name(settings)} "
+                  f"{settings.router.port} and open http://localhost:{settings.router.port}/admin"
+                  + (f", or https://{dash.ingress_host}/admin," if dash.ingress_host else "")
+                  + " with that token."]
+    else:
+        lines += ["", "4. Dashboard: off (dashboard.enabled is false; the routers run with --no-admin)."]
     return "\n".join(lines) + "\n"
 
 

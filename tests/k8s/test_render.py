@@ -60,6 +60,32 @@ def test_example_renders_every_part_and_passes_the_schemas(polyspec_cli, verifie
     assert "verifiers/smollm2-135m-instruct/" in notes and "port-forward svc/polyspec-router" in notes
 
 
+def _router_container(out: Path) -> dict:
+    return by_kind(read_manifests(out), "Deployment")["polyspec-router"]["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_router_pods_need_the_admin_token_unless_the_dashboard_is_off(polyspec_cli, verifier, tmp_path: Path) -> None:
+    """A router on the pod's address refuses to mount /admin without a token: the Secret is required, or the
+    dashboard is rendered off (`--no-admin`) and no token is read."""
+    assert polyspec_cli("deploy", "k8s", "--example", "--out", str(tmp_path / "on"))[0] == 0
+    router = _router_container(tmp_path / "on")
+    token = {e["name"]: e for e in router["env"]}["POLYSPEC_ADMIN_TOKEN"]["valueFrom"]["secretKeyRef"]
+    assert token == {"name": "polyspec-admin", "key": "token"}  # not optional: the pod waits for the Secret
+    assert "--no-admin" not in router["command"]
+    notes = (tmp_path / "on" / "NOTES.txt").read_text()
+    assert "create secret generic polyspec-admin" in notes
+
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"dashboard": {"enabled": False}}))
+    code, _, stderr = polyspec_cli("deploy", "k8s", "--example", "--out", str(tmp_path / "off"),
+                                   "--values", str(values))
+    assert code == 0, stderr
+    router = _router_container(tmp_path / "off")
+    assert router["command"][-1] == "--no-admin"
+    assert "POLYSPEC_ADMIN_TOKEN" not in {e["name"] for e in router["env"]}
+    assert "Dashboard: off" in (tmp_path / "off" / "NOTES.txt").read_text()
+
+
 def test_example_is_deterministic(polyspec_cli, verifier, tmp_path: Path) -> None:
     for out in ("a", "b"):
         assert polyspec_cli("deploy", "k8s", "--example", "--out", str(tmp_path / out))[0] == 0

@@ -35,7 +35,7 @@ PROBES: dict[str, Any] = {
     "registry.postgres_image": "postgres:16", "registry.postgres_storage": "50Gi",
     "registry.postgres_password": "another-secret",
     "monitoring.service_monitor": False, "monitoring.interval": "15s", "monitoring.labels": {"release": "prom"},
-    "dashboard.admin_token_secret": "admin-tok", "dashboard.ingress_host": "ps.example.org",
+    "dashboard.enabled": False, "dashboard.admin_token_secret": "admin-tok", "dashboard.ingress_host": "ps.example.org",
     "dashboard.ingress_class": "nginx",
 }
 NEEDS: dict[str, dict[str, Any]] = {

@@ -26,13 +26,16 @@ from typing import Any
 from rich.console import Console
 from sqlalchemy import select
 
+from polyspec.core.errors import InvalidInput
 from polyspec.core.selfcheck import SelfCheckFailed
+from polyspec.core.settings import get_settings
 from polyspec.engines import calibrate_deployments, print_calibration
 from polyspec.fleet.plan import LAUNCHED_KEY, FleetError, Member, UpPlan, describe
 from polyspec.fleet.reference import ReferenceJob, ReferenceUnavailable
 from polyspec.models.vllm_engine import EngineSpec, VllmEngine
 from polyspec.registry.calibrations import LAUNCHED_K
 from polyspec.registry.schema import Deployment
+from polyspec.router.admin.auth import unsafe_admin
 from polyspec.router.app import create_app
 from polyspec.router.config import RouterConfig
 from polyspec.router.server import build_server
@@ -176,6 +179,10 @@ def run_up(plan: UpPlan, *, logs_dir: Path, ready_timeout: float = 900.0, log_le
     asked, then the router; return after Ctrl-C/SIGTERM with everything stopped.
 
     A KeyboardInterrupt escapes only when the stop came while engines were still starting."""
+    config = _router_config(plan, router_id)
+    problem = unsafe_admin(config, get_settings().admin_token)  # refused before any engine starts
+    if problem is not None:
+        raise InvalidInput(problem)
     console = Console(stderr=True)
     console.print(describe(plan.members))
     fleet = Fleet(plan.members, logs_dir, registry=plan.registry if plan.source is None else None,
@@ -186,7 +193,7 @@ def run_up(plan: UpPlan, *, logs_dir: Path, ready_timeout: float = 900.0, log_le
             fleet.start(timeout=ready_timeout)
             if calibrate:
                 calibrate_members(plan, console)
-            _serve(plan, console, log_level, router_id, on_ready)
+            _serve(plan, config, console, log_level, on_ready)
         finally:
             console.print("stopping engines…")
             fleet.stop()
@@ -208,10 +215,12 @@ def calibrate_members(plan: UpPlan, console: Any) -> None:
     print_calibration(results, console)
 
 
-def _serve(plan: UpPlan, console: Any, log_level: str, router_id: str | None, on_ready: Any) -> None:
+def _router_config(plan: UpPlan, router_id: str | None) -> RouterConfig:
     overrides = {"router_id": router_id} if router_id else {}
-    config = RouterConfig(host=plan.router_host, port=plan.router_port,
-                          registry_url=plan.registry_url, **overrides)
+    return RouterConfig(host=plan.router_host, port=plan.router_port, registry_url=plan.registry_url, **overrides)
+
+
+def _serve(plan: UpPlan, config: RouterConfig, console: Any, log_level: str, on_ready: Any) -> None:
     app = create_app(config, source=plan.source)
     server = build_server(app, config, log_level=log_level)  # as `polyspec serve`: drain, head limits
     base = f"http://{config.host}:{config.port}"

@@ -137,6 +137,25 @@ engines:
         httpx.get(f"{base}/health", timeout=2)
 
 
+def test_up_refuses_an_exposed_admin_before_any_engine_starts(tmp_path, registry_url):
+    """`up --host 0.0.0.0` without a token would mount /admin where other machines reach it: refused with the
+    fix in the message, before the fleet is shown or an engine is launched."""
+    draft = tmp_path / "en-draft"
+    draft.mkdir()
+    config = _write(tmp_path, f"""
+engines:
+  - {{name: en, draft: {draft}, languages: [en], default: true}}
+""")
+    env = {**os.environ, "POLYSPEC_HOME": str(tmp_path / "home"), "POLYSPEC_ADMIN_TOKEN": ""}
+    done = subprocess.run([sys.executable, "-m", "polyspec.cli", "up", "--config", str(config), "--host", "0.0.0.0",
+                           "--port", str(free_port())], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "refusing to serve /admin on '0.0.0.0'" in done.stderr and "POLYSPEC_ADMIN_TOKEN" in done.stderr
+    assert "polyspec fleet" not in done.stderr and "Traceback" not in done.stderr
+    assert not _pids_with_arg(str(draft))  # no engine was launched with that draft
+
+
 def _pids_with_arg(fragment: str) -> list[int]:
     """Processes whose command line contains ``fragment`` (read from /proc; nothing is signalled)."""
     pids = []

@@ -252,11 +252,29 @@ def test_status_lists_only_unfinished_trainings(adapt_reg, settings, home) -> No
 def test_every_runs_cycles_until_interrupted(adapt_reg, settings, home, registry_url) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "polyspec.cli", "adapt", "--every", "10s", "--json"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(14)
-    proc.send_signal(signal.SIGTERM)  # as Ctrl-C
-    out, err = proc.communicate(timeout=60)
+
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+
+    def cycles_printed() -> int:
+        return sum('"status": "nothing"' in line for line in list(lines))
+
+    try:
+        deadline = time.monotonic() + 120
+        while cycles_printed() < 2:  # the cycle at once, then the one 10 s later
+            assert proc.poll() is None, proc.stderr.read()[-2000:]
+            assert time.monotonic() < deadline, "two cycles were not printed within 120 s"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)  # as Ctrl-C, well before a third cycle is due
+        proc.wait(timeout=60)
+        reader.join(timeout=60)
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     assert proc.returncode == 0 and "adapt: stopped" in err, err[-2000:]
-    assert out.count('"status": "nothing"') == 2  # at 0 s and at 10 s
+    assert cycles_printed() == 2  # at 0 s and at 10 s
     observed = [e for e in adapt_reg.events(100) if e.kind == "adapt-observe"]
     assert len(observed) == 2 and adapt_reg.locks() == []
 

@@ -220,3 +220,31 @@ def load_t2d(path: str | Path) -> np.ndarray:
 def draft_token_ids(path: str | Path) -> list[int]:
     """Sorted target-vocabulary ids the draft can propose."""
     return [int(i) for i in np.flatnonzero(load_t2d(path))]
+
+
+_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
+                "F8_E4M3": 1, "F8_E5M2": 1}
+_PER_DRAFT_TOKEN = ("lm_head.weight", "verifier_lm_head.weight", "d2t")  # one row (entry) per draft-vocabulary token
+_HEADER_SLACK = 256  # a larger vocabulary writes longer shapes and offsets into the safetensors header
+
+
+def vocab_size_within(path: str | Path, max_bytes: int) -> int:
+    """The largest draft vocabulary a draft shaped like the one at ``path`` can have with its weights files
+    within ``max_bytes``. Growing the vocabulary adds one row to each tensor indexed by draft token (lm_head, d2t)
+    and nothing else, so the size is the draft's other tensors plus the vocabulary times the bytes per token."""
+    from safetensors import safe_open
+
+    info = inspect_draft(path)
+    files = _weight_files(info.path)
+    per_token = 0
+    for f in files:
+        with safe_open(str(f), framework="np") as st:
+            for key in st.keys():
+                if key in _PER_DRAFT_TOKEN:
+                    tensor = st.get_slice(key)
+                    row = int(np.prod(tensor.get_shape()[1:], dtype=np.int64))
+                    per_token += row * _DTYPE_BYTES.get(tensor.get_dtype(), 4)
+    if not per_token:
+        raise DraftInvalid(f"{info.path} has no lm_head.weight or d2t: its vocabulary size cannot be grown")
+    fixed = sum(f.stat().st_size for f in files) - per_token * info.draft_vocab_size
+    return max(0, (max_bytes - fixed - _HEADER_SLACK) // per_token)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import json
 import sys
+from pathlib import Path
 from typing import Any, Optional
 
 import typer
@@ -28,7 +29,7 @@ from polyspec.training.fit import resolve_device
 from polyspec.training.pipeline import run_pipeline, start_run
 from polyspec.training.plan import config_from_plan
 from polyspec.training.run_guard import discard_on_input_error, note_input_error
-from polyspec.training.runs import Run, runs_root
+from polyspec.training.runs import Run, reuse_stages, runs_root
 from polyspec.training.runs import redo as redo_stage
 
 app = PolyspecTyper(help="Train per-language Eagle3 drafts: prompts -> answers -> hidden states -> vocab -> fit -> "
@@ -65,8 +66,6 @@ def _open_or_create(check: Any = None, **knobs: Any) -> Any:
     source = Run.open(reuse_from) if reuse_from else None  # before creating: a bad name leaves nothing behind
     run = start_run(config, resume=resume)
     if source is not None:
-        from polyspec.training.runs import reuse_stages
-
         shared: list[str] = []
         for stage in ("prompts", "answers", "hidden-states"):  # the done prefix of the data stages
             if not source.is_done(stage):
@@ -208,20 +207,34 @@ def list_cmd(json_out: bool = typer.Option(False, "--json", help="Machine-readab
 def main(
     ctx: typer.Context,
     plan: Optional[str] = typer.Option(None, "--plan", metavar="LANG",
-                                       help="Run the add-language plan the registry recorded for LANG."),
+                                       help="Run the add-language plan the registry recorded for LANG: finetune "
+                                       "(the active draft on LANG), from-scratch-custom-vocab (a LANG specialist, "
+                                       "its own vocabulary) or extend-multilingual (the multilingual draft on its "
+                                       "languages plus LANG; needs --prompts for its languages)."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="With --plan: name of the run."),
     resume: bool = typer.Option(False, "--resume", help="With --plan: continue the run named by --run-id."),
     max_prompts: Optional[int] = typer.Option(None, "--max-prompts", help="With --plan: cap on training prompts."),
     engine: Optional[str] = typer.Option(None, "--engine", help="With --plan: vLLM engine URL for the answers."),
+    prompts: Optional[list[Path]] = typer.Option(None, "--prompts", help="With an extend-multilingual --plan: prompt "
+                                                 "files of the parent draft's languages, replayed beside LANG's "
+                                                 "(repeatable; required)."),
+    mix: Optional[str] = typer.Option(None, "--mix", help="With an extend-multilingual --plan: equal | traffic | "
+                                      "LANG=WEIGHT,... (default: LANG 0.5, the parent's languages the rest equally)."),
+    coverage_target: Optional[float] = typer.Option(None, "--coverage-target", help="With an extend-multilingual "
+                                                    "--plan: share of each language's answer tokens the grown "
+                                                    "vocabulary must hold (default 0.95)."),
     show: bool = typer.Option(False, "--show", help="With --plan: print the run config and stop."),
 ) -> None:
-    """Train per-language Eagle3 drafts (see the sub-commands, or --plan LANG)."""
+    """Train per-language Eagle3 drafts (see the sub-commands, or --plan LANG: finetune fine-tunes the active
+    draft on LANG, from-scratch-custom-vocab trains a specialist with LANG's own vocabulary, extend-multilingual
+    trains the multilingual draft on its languages plus LANG, its vocabulary grown within 25 MB)."""
     if ctx.invoked_subcommand is not None:
         return
     if plan is None:
         typer.echo(ctx.get_help())
         raise typer.Exit(0)
-    _plan(plan, run_id=run_id, resume=resume, max_prompts=max_prompts, engine=engine, show=show)
+    _plan(plan, run_id=run_id, resume=resume, max_prompts=max_prompts, engine=engine, prompts=prompts, mix=mix,
+          coverage_target=coverage_target, show=show)
 
 
 def _plan(language: str, **options: Any) -> None:
@@ -231,7 +244,9 @@ def _plan(language: str, **options: Any) -> None:
         typer.echo(config.model_dump_json(indent=2))
         return
     run = start_run(config, resume=options["resume"])
-    _print_result(run_pipeline(run), run, as_json=False)
+    with discard_on_input_error(run, fresh=not options["resume"]):
+        summaries = run_pipeline(run)
+    _print_result(summaries, run, as_json=False)
 
 
 def register(root: typer.Typer) -> None:

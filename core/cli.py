@@ -90,8 +90,14 @@ def _guarding(register: Callable[[Callable[..., Any]], Any]) -> Callable[[Callab
 class PolyspecTyper(typer.Typer):
     """A Typer whose commands and callbacks all go through :func:`guard`."""
 
-    def command(self, *args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    # Both keep Typer's parameters as *args/**kwargs (passed through unchanged), which mypy reads as a narrower
+    # signature than Typer's keyword list.
+    def command(  # type: ignore[override]
+        self, *args: Any, **kwargs: Any
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         return _guarding(super().command(*args, **kwargs))
 
-    def callback(self, *args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def callback(  # type: ignore[override]
+        self, *args: Any, **kwargs: Any
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         return _guarding(super().callback(*args, **kwargs))

@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from polyspec.router.config import RouterConfig
 from polyspec.router.upstream import UPSTREAM_ERRORS, Upstream
 
+# A probe also fails on an answer that is not vLLM's /v1/models shape.
+PROBE_ERRORS: tuple[type[BaseException], ...] = (*UPSTREAM_ERRORS, ValueError, KeyError, TypeError, AttributeError)
+
 log = logging.getLogger("polyspec.router")
 
 
@@ -123,7 +126,7 @@ class Backends:
                 models = json.loads(await self.upstream.get(f"{state.url}/v1/models", timeout))
                 state.model_ids = [m["id"] for m in models.get("data", [])]
                 self._index_models()
-        except (*UPSTREAM_ERRORS, ValueError, KeyError, TypeError, AttributeError) as exc:
+        except PROBE_ERRORS as exc:
             self.record_failure(state.url, f"health: {type(exc).__name__}: {exc}")
             return
         self.record_success(state.url)

@@ -7,7 +7,7 @@ import asyncio
 import json
 import sys
 from dataclasses import asdict
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from pydantic import ValidationError
@@ -43,7 +43,7 @@ def serve(
     start without POLYSPEC_ADMIN_TOKEN. SIGTERM (or Ctrl-C) drains: /ready answers 503 at once, in-flight requests may finish within
     POLYSPEC_ROUTER_DRAIN_GRACE_S, and streams still open then end with an error event (router.server).
     """
-    overrides = {"host": host, "port": port, "registry_url": registry, "language_threshold": threshold,
+    overrides: dict[str, Any] = {"host": host, "port": port, "registry_url": registry, "language_threshold": threshold,
                  "capture": capture, "router_id": router_id}
     try:
         config = RouterConfig(**{k: v for k, v in overrides.items() if v is not None})
@@ -61,7 +61,7 @@ def serve(
 
 
 def _config(registry: str | None, threshold: float | None, probe_timeout: float | None) -> RouterConfig:
-    overrides = {"registry_url": registry, "language_threshold": threshold, "health_timeout_s": probe_timeout}
+    overrides: dict[str, Any] = {"registry_url": registry, "language_threshold": threshold, "health_timeout_s": probe_timeout}
     # One probe decides (fail_threshold=1): the router itself waits for fail_threshold failures in a row.
     return RouterConfig(**{k: v for k, v in overrides.items() if v is not None}, fail_threshold=1, capture=False)
 

@@ -25,7 +25,7 @@ import logging
 import socket
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -77,7 +77,7 @@ class HeadLimitedHttpTools(HttpToolsProtocol):
         cycle = self.cycle
         super().connection_lost(exc)
         if cycle is not None and cycle.disconnected:  # the response was not complete: its request must know
-            hook = cycle.scope.get(HOOK_KEY)
+            hook = cast("ConnectionHook | None", cycle.scope.get(HOOK_KEY))
             if hook is not None:
                 hook.connection_lost()
 
@@ -117,12 +117,13 @@ class HeadLimitedHttpTools(HttpToolsProtocol):
             raise ValueError("request head too large")  # stops the parser: no request task starts
         self._in_head, self._head_ended, self._head_bytes = False, True, 0
         self._stop_head_timer()
-        self.scope[HOOK_KEY] = ConnectionHook()  # router.asgi: the body's end and the client's leaving
+        # router.asgi: the body's end and the client's leaving (a key of ours beside the ASGI ones)
+        cast("dict[str, Any]", self.scope)[HOOK_KEY] = ConnectionHook()
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         self._in_head = True
-        hook = self.scope.get(HOOK_KEY)
+        hook = cast("ConnectionHook | None", self.scope.get(HOOK_KEY))
         if hook is not None:
             hook.body_complete = True
         super().on_message_complete()
@@ -214,9 +215,12 @@ def build_server(app: Any, config: RouterConfig, *, log_level: str = "info") -> 
     timed_out = runtime.telemetry.metrics.rejected.labels("header_timeout").inc
     # No access log: one log record per request is a measurable share of the router's CPU, and
     # /metrics counts every request by outcome anyway. uvicorn picks uvloop (pinned) for the loop.
+    # uvicorn annotates both timeouts as int but uses them as seconds of asyncio (call_later, wait_for),
+    # where a float is exact.
     uv_config = uvicorn.Config(
         app, host=config.host, port=config.port, log_level=log_level, access_log=False,
-        timeout_keep_alive=config.keep_alive_s, timeout_graceful_shutdown=config.drain_grace_s + END_GRACE_S,
+        timeout_keep_alive=config.keep_alive_s,  # type: ignore[arg-type]
+        timeout_graceful_shutdown=config.drain_grace_s + END_GRACE_S,  # type: ignore[arg-type]
         http=head_limited_protocol(config.max_header_bytes, rejected, config.header_timeout_s, timed_out),
         h11_max_incomplete_event_size=config.max_header_bytes,
         # The router reads X-Forwarded-For itself, from trusted_proxies only (router.admin.auth); uvicorn's

@@ -80,7 +80,11 @@ class EventSplitter:
         return kept
 
 
-async def _open(rt: RouterRuntime, job: Job, target: Target, errors: list[tuple[str, str]]) -> Any:
+# What opening a stream gives: the response and its first bytes, or an engine's error answer to pass on.
+_Opened = tuple[Response, bytes] | tuple[int, list[tuple[bytes, bytes]], bytes]
+
+
+async def _open(rt: RouterRuntime, job: Job, target: Target, errors: list[tuple[str, str]]) -> _Opened | None:
     """Send the request and wait for its first body byte: (response, first bytes), an error response
     of the engine to pass on (status < 500, as (status, headers, body)), or None to try the next replica."""
     try:
@@ -132,7 +136,8 @@ async def stream(rt: RouterRuntime, job: Job, send: Send) -> None:
                 await send_response(send, status, headers, content)
                 return
             rt.telemetry.metrics.ttfb_of(job.endpoint, "true").observe(time.perf_counter() - job.started)
-            await _relay(rt, job, target, *opened, send)
+            resp, first = opened
+            await _relay(rt, job, target, resp, first, send)
             return
         finally:
             rt.backends.release(url)

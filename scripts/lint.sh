@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Lint step of `make test` (and `make lint`): ruff, then the import-linter layer contracts in pyproject.toml.
-# A failure of either exits non-zero, so CI fails before pytest starts.
+# Lint step of `make test` (and `make lint`): ruff, the import-linter layer contracts in pyproject.toml, then
+# mypy on core/ and router/ ([tool.mypy] in pyproject.toml). A failure of any exits non-zero, so CI fails
+# before pytest starts.
 #
 # Why the staging tree: the design card keeps core/, models/, registry/, router/ and training/ as top-level
 # folders and setuptools maps them to polyspec.core, polyspec.models, ... (package-dir in pyproject.toml).
@@ -13,7 +14,7 @@ cd "$(dirname "$0")/.."
 VENV_BIN=$(cd "${VENV_BIN:-.venv/bin}" && pwd)  # absolute: the import check runs from another folder
 STAGE=build/lint
 
-# Both checks always run (one report of everything), and either failing fails the step.
+# All checks always run (one report of everything), and any failing fails the step.
 status=0
 echo "==> ruff"
 "$VENV_BIN/ruff" check . || status=1
@@ -51,4 +52,10 @@ EOF
 # layer only) would shadow the staged one: so it runs from inside the staging tree. No cache: it would key
 # on the staging paths, and the whole graph takes well under a second anyway.
 (cd "$STAGE" && PYTHONPATH=. "$VENV_BIN/lint-imports" --no-cache --no-logo ../../pyproject.toml) || status=1
+
+# mypy reads the same staging tree, for the same reason: it finds polyspec.core and polyspec.router there as
+# installed. Its cache lives beside the tree (which is rebuilt each run), so a second run checks only changes.
+echo "==> mypy (core, router)"
+(cd "$STAGE" && "$VENV_BIN/mypy" --config-file ../../pyproject.toml --cache-dir ../mypy_cache \
+  -p polyspec.core -p polyspec.router) || status=1
 exit $status

@@ -120,7 +120,7 @@ def create_admin_router(
     def resolve(request: Request) -> AdminSources:
         if hasattr(sources, "live_counters"):
             return sources  # type: ignore[return-value]
-        return sources(request)  # type: ignore[operator]
+        return sources(request)
 
     @api.get("", response_class=HTMLResponse, dependencies=[guard])
     @api.get("/", response_class=HTMLResponse, dependencies=[guard])

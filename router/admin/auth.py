@@ -181,7 +181,9 @@ def csrf_token(request: Request) -> str:
 
 
 def _same(given: str | None, expected: str | None) -> bool:
-    return bool(given) and bool(expected) and hmac.compare_digest(given.encode(), expected.encode())
+    if not given or not expected:
+        return False
+    return hmac.compare_digest(given.encode(), expected.encode())
 
 
 def _check_state_change(request: Request, expected_token: str | None, reject: Callable[[str], None]) -> None:

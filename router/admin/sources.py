@@ -109,9 +109,13 @@ async def read_registry_within(url: str | None, timeout_s: float) -> RegistryDat
     loop = asyncio.get_running_loop()
     waiter: asyncio.Future[None] = loop.create_future()
 
+    def settle() -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
     def wake(_: Future[RegistryData]) -> None:
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits any more
-            loop.call_soon_threadsafe(lambda: waiter.done() or waiter.set_result(None))
+            loop.call_soon_threadsafe(settle)
 
     future.add_done_callback(wake)
     try:
@@ -135,7 +139,7 @@ def backend_statuses(snapshot: dict[str, Any]) -> list[BackendStatus]:
     for b in snapshot.get("backends", []):
         pools = pools_by_url.get(b["url"], [])
         languages = sorted({lang for p in pools for lang in p.get("languages", [])})
-        drafts = sorted({p.get("draft") for p in pools if p.get("draft")})
+        drafts = sorted({str(p["draft"]) for p in pools if p.get("draft")})
         detail = b.get("last_error") or (f"in flight: {b.get('in_flight', 0)}")
         out.append(BackendStatus(
             name=b["name"], url=b["url"], healthy=bool(b.get("healthy")), languages=tuple(languages),

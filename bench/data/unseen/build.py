@@ -36,14 +36,26 @@ def _xsid(lang: str, raw: str, source: str, licence: str) -> Iterator[Record]:
                "prompt": _norm(text), "source": source, "license": licence}
 
 
-def _xquad(lang: str, raw: str, source: str, licence: str) -> Iterator[Record]:
-    """XQuAD paragraphs: one prompt per question, the paragraph then the question."""
+def _squad(prefix: str) -> Callable[[str, str, str, str], Iterator[Record]]:
+    """SQuAD-style paragraphs (XQuAD, HeQ): one prompt per question, the paragraph then the question."""
+
+    def read(lang: str, raw: str, source: str, licence: str) -> Iterator[Record]:
+        for line in (RAW / raw).read_text(encoding="utf-8").splitlines():
+            para = json.loads(line)
+            for qid, question in para["qas"]:
+                yield {"id": f"{prefix}-{lang}-{qid}", "lang": lang, "domain": "reading", "category": "reading",
+                       "prompt": _norm(para["context"]) + "\n\n" + _norm(question), "source": source,
+                       "license": licence}
+
+    return read
+
+
+def _indicquest(lang: str, raw: str, source: str, licence: str) -> Iterator[Record]:
+    """L3Cube-IndicQuest questions (CSV row<TAB>domain<TAB>question): open knowledge questions."""
     for line in (RAW / raw).read_text(encoding="utf-8").splitlines():
-        para = json.loads(line)
-        for qid, question in para["qas"]:
-            yield {"id": f"xquad-{lang}-{qid}", "lang": lang, "domain": "reading", "category": "reading",
-                   "prompt": _norm(para["context"]) + "\n\n" + _norm(question), "source": source,
-                   "license": licence}
+        row, domain, question = line.split("\t")
+        yield {"id": f"indicquest-{lang}-{row}", "lang": lang, "domain": "general", "category": domain.lower(),
+               "prompt": _norm(question), "source": source, "license": licence}
 
 
 def _zno(lang: str, raw: str, source: str, licence: str) -> Iterator[Record]:
@@ -58,8 +70,14 @@ def _zno(lang: str, raw: str, source: str, licence: str) -> Iterator[Record]:
 
 # language -> (reader, raw excerpt, upstream repo@commit:path, licence)
 SOURCES: dict[str, tuple[Callable[[str, str, str, str], Iterator[Record]], str, str, str]] = {
+    "bn": (_indicquest, "bn_indicquest.tsv", "l3cube-pune/indic-nlp@e78ede5:L3Cube-IndicQuest/Bengali.csv",
+           "CC-BY-NC-SA-4.0"),
     "da": (_xsid, "da_xsid.tsv", "mainlp/xsid@157d4ba:data/xSID-0.4/da.test.conll", "CC-BY-SA-4.0"),
-    "ro": (_xquad, "ro_xquad.jsonl", "google-deepmind/xquad@60cac41:xquad.ro.json", "CC-BY-SA-4.0"),
+    "he": (_squad("heq"), "he_heq.jsonl",
+           "NNLP-IL/Hebrew-Question-Answering-Dataset@2a4fcd2:data/data v1.1/test v1.1.json", "CC-BY-4.0"),
+    "ro": (_squad("xquad"), "ro_xquad.jsonl", "google-deepmind/xquad@60cac41:xquad.ro.json", "CC-BY-SA-4.0"),
+    "ta": (_indicquest, "ta_indicquest.tsv", "l3cube-pune/indic-nlp@e78ede5:L3Cube-IndicQuest/Tamil.csv",
+           "CC-BY-NC-SA-4.0"),
     "uk": (_zno, "uk_zno.jsonl", "NLPForUA/ZNO@c00b34e:tests/geography_raw.json", "CC-BY-NC-4.0"),
 }
 

@@ -100,7 +100,12 @@ class _HeldCounter(_HeldChild):
 
 class _HeldHistogram(_HeldChild):
     """``observe`` of a prometheus Histogram child, counted per bucket until the next collect (a bisect
-    instead of a locked scan of the buckets per observation)."""
+    instead of a locked scan of the buckets per observation).
+
+    prometheus_client has no public call that adds n observations to one bucket, so this reads the child's
+    ``_upper_bounds`` and adds to its ``_sum`` and ``_buckets`` values, as ``Histogram.observe`` does: the
+    version is pinned exactly (pyproject.toml), and tests/router/test_private_apis.py fails on one that
+    changes these attributes."""
 
     __slots__ = ("_bounds", "_counts", "_sum")
 
@@ -144,11 +149,11 @@ class _HeldGauge(_HeldChild):
         self._child.set(self._value)
 
 
-_HELD_KINDS = {"counter": _HeldCounter, "histogram": _HeldHistogram, "gauge": _HeldGauge}
+_HELD_KINDS: dict[type, type[_HeldChild]] = {PCounter: _HeldCounter, Histogram: _HeldHistogram, Gauge: _HeldGauge}
 
 
-def _held(child: Any, metric: Any, held: _Held) -> Any:
-    return _HELD_KINDS[metric._type](child, held)
+def _held(child: Any, metric: PCounter | Histogram | Gauge, held: _Held) -> Any:
+    return _HELD_KINDS[type(metric)](child, held)
 
 
 class _Labelled:

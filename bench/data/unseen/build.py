@@ -58,6 +58,15 @@ def _indicquest(lang: str, raw: str, source: str, licence: str) -> Iterator[Reco
                "prompt": _norm(question), "source": source, "license": licence}
 
 
+def _parsinlu_qqp(lang: str, raw: str, source: str, licence: str) -> Iterator[Record]:
+    """ParsiNLU query-paraphrase pairs: q1, and q2 too when the pair is not a paraphrase (label 0)."""
+    for n, line in enumerate((RAW / raw).read_text(encoding="utf-8").splitlines(), 1):
+        pair = json.loads(line)
+        for side in ("q1", "q2") if pair["label"] == "0" else ("q1",):
+            yield {"id": f"parsinlu-{lang}-{n}-{side}", "lang": lang, "domain": "general",
+                   "category": pair["category"], "prompt": _norm(pair[side]), "source": source, "license": licence}
+
+
 def _zno(lang: str, raw: str, source: str, licence: str) -> Iterator[Record]:
     """ZNO exam tasks without a picture: the question, then its options one per line."""
     for line in (RAW / raw).read_text(encoding="utf-8").splitlines():
@@ -73,6 +82,8 @@ SOURCES: dict[str, tuple[Callable[[str, str, str, str], Iterator[Record]], str, 
     "bn": (_indicquest, "bn_indicquest.tsv", "l3cube-pune/indic-nlp@e78ede5:L3Cube-IndicQuest/Bengali.csv",
            "CC-BY-NC-SA-4.0"),
     "da": (_xsid, "da_xsid.tsv", "mainlp/xsid@157d4ba:data/xSID-0.4/da.test.conll", "CC-BY-SA-4.0"),
+    "fa": (_parsinlu_qqp, "fa_parsinlu_qqp.jsonl", "persiannlp/parsinlu@5c250d0:data/qqp/dev.jsonl",
+           "CC-BY-NC-SA-4.0"),
     "he": (_squad("heq"), "he_heq.jsonl",
            "NNLP-IL/Hebrew-Question-Answering-Dataset@2a4fcd2:data/data v1.1/test v1.1.json", "CC-BY-4.0"),
     "ro": (_squad("xquad"), "ro_xquad.jsonl", "google-deepmind/xquad@60cac41:xquad.ro.json", "CC-BY-SA-4.0"),

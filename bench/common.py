@@ -128,6 +128,34 @@ def save_figure(fig: Any, path: Path, dpi: int = 110) -> Path:
     return path
 
 
+def tps_bars(ticks: list[str], series: list[tuple[str, str, list[float]]], title: str,
+             size: tuple[float, float] = (10, 4), width: float = 0.26) -> tuple[Any, Any]:
+    """(figure, axes) of grouped bars of tokens/s, one group per tick and one bar per (label, colour, values)
+    series, each bar with its value; the caller adds what else it shows, then ``finish_figure``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=size)
+    for j, (label, color, values) in enumerate(series):
+        xs = [i + (j - (len(series) - 1) / 2) * width for i in range(len(ticks))]
+        ax.bar(xs, values, width, label=label, color=color)
+        for x, y in zip(xs, values, strict=True):
+            ax.text(x, y, f"{y:.1f}", ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(ticks)), ticks)
+    ax.set_ylabel("generated tokens/s (one stream)")
+    ax.grid(alpha=0.3)
+    ax.set_title(title, fontsize=9)
+    return fig, ax
+
+
+def finish_figure(fig: Any, ax: Any, path: Path) -> Path:
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
 def require_bench_venv(module: str | None = None) -> Path:
     """The peer venv's python; a clear error when it (or ``module`` inside it) is missing."""
     if not BENCH_PY.exists():

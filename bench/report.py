@@ -9,6 +9,7 @@
     .venv/bin/python bench/report.py router_budget.json
     .venv/bin/python bench/report.py router_ab        # every bench/router_ab.py run
     .venv/bin/python bench/report.py server_floor.json
+    .venv/bin/python bench/report.py fleet_plan.json  # bench/fleet_figures.fleet_plan_md
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import ROUTER_CPU_TARGET_MS, interval_text  # noqa: E402
+from bench.fleet_figures import fleet_plan_md  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
 SYSTEMS = ["direct", "polyspec", "polyspec_base", "python_floor", "litellm", "vllm_router"]
@@ -402,7 +404,8 @@ def main() -> None:
         return
     print({"router_overhead": overhead_md, "load": load_md, "e2e_speedup": e2e_md, "hostile": hostile_md,
            "speed_policy": speed_policy_md, "langid": langid_md,
-           "router_budget": router_budget_md, "server_floor": server_floor_md}[d["benchmark"]](d))
+           "router_budget": router_budget_md, "server_floor": server_floor_md,
+           "fleet_plan": fleet_plan_md}[d["benchmark"]](d))
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ import psutil  # noqa: E402
 import typer  # noqa: E402
 
 from bench.common import (  # noqa: E402
-    MIN_INTERVAL_PROMPTS, OUT_DIR, ROOT, BenchError, machine_info, save_figure, t_interval, write_json,
+    MIN_INTERVAL_PROMPTS, OUT_DIR, ROOT, BenchError, finish_figure, machine_info, t_interval, tps_bars, write_json,
 )
 from bench.e2e_figures import console, ratio_ci, summarize  # noqa: E402
 from bench.e2e_speedup import keep_logs, shipped_draft  # noqa: E402
@@ -317,28 +317,12 @@ def exited(servers: dict[str, Any]) -> str:
 
 
 def plot(languages: dict[str, Any], path: Path, title: str, drafted: tuple[str, ...]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(10, 4))
-    width, colors = 0.26, {"no_spec": "#7f7f7f", "mal_policy": "#ff7f0e", "speed_policy": "#1f77b4"}
+    colors = {"no_spec": "#7f7f7f", "mal_policy": "#ff7f0e", "speed_policy": "#1f77b4"}
     labels = {"no_spec": "no speculation", "mal_policy": "MAL policy", "speed_policy": "speed policy"}
-    for j, policy in enumerate(POLICIES):
-        langs = list(languages)
-        xs = [i + (j - 1) * width for i in range(len(langs))]
-        ys = [languages[lang][f"{policy}_tps"] for lang in langs]
-        ax.bar(xs, ys, width, label=labels[policy], color=colors[policy])
-        for x, y in zip(xs, ys, strict=True):
-            ax.text(x, y, f"{y:.1f}", ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(range(len(languages)), [f"{lang}{' (no draft)' if lang not in drafted else ''}" for lang in languages])
-    ax.set_ylabel("generated tokens/s (one stream)")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    save_figure(fig, path)
+    ticks = [f"{lang}{' (no draft)' if lang not in drafted else ''}" for lang in languages]
+    series = [(labels[p], colors[p], [languages[lang][f"{p}_tps"] for lang in languages]) for p in POLICIES]
+    fig, ax = tps_bars(ticks, series, title)
+    finish_figure(fig, ax, path)
 
 
 def main(

@@ -71,7 +71,7 @@ def multilingual_parent(reg: Any, verifier: str, named: str | None) -> DraftReco
                                 f"{record.verifier}, not {verifier}; re-run `polyspec registry add-language` for "
                                 f"verifier {verifier}")
             if record.status == "retired" or len(record.languages) < 2:
-                why = "retired" if record.status == "retired" else f"made for {record.languages[0]} alone"
+                why = "retired" if record.status == "retired" else f"made for {', '.join(record.languages)} alone"
                 raise PlanError(f"the plan names parent draft {record.ref}, which is {why}; re-run "
                                 "`polyspec registry add-language` to plan again")
             return record

@@ -164,6 +164,10 @@ def test_extend_plan_refuses_a_parent_of_another_verifier(reg_with_multi, pt_pro
     with pytest.raises(PlanError, match=f"parent draft other-multi@1, which is made for verifier other-verifier, not "
                                         f"{verifier.name}"):
         config_from_plan("pt", prompts=[replay])
+    with reg_with_multi.session(write=True) as s:  # a profile that names a one-language draft
+        s.scalars(select(LanguageProfile).where(LanguageProfile.code == "pt")).one().draft = "en-base@1"
+    with pytest.raises(PlanError, match="parent draft en-base@1, which is made for en alone"):
+        config_from_plan("pt", prompts=[replay])
 
 
 def test_extend_plan_without_a_registered_multilingual_draft(reg_with_active_draft, pt_prompts: Path,

@@ -29,7 +29,7 @@ from polyspec.router.config import RouterConfig
 from polyspec.router.errors import RouterError, error_body
 from polyspec.router.proxy import serve_completion
 from polyspec.router.runtime import RouterRuntime
-from polyspec.router.table import TableSource
+from polyspec.router.source import TableSource
 
 
 def create_app(

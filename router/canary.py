@@ -7,8 +7,9 @@ first; otherwise, and for every other language, the ranking is the policy's own 
 moved last, so it can still take a request whose other replicas all failed. Promotion removes the mark and
 the pool competes like any other.
 
-Wired in two places: ``router.runtime.RouterRuntime._refresh`` caches ``canaries_of(deployments)`` with each
-new table, and ``router.routing.route`` calls ``apply`` after the ranking (either policy).
+Wired in two places: ``router.runtime.RouterRuntime._refresh`` builds each new table with
+``canaries_of(deployments)`` (``RoutingTable.canaries``), and ``router.routing.route`` calls ``apply`` after the
+ranking (either policy).
 
 Cost: one dict lookup per replica of the ranked pools, nothing when there is no canary.
 """
@@ -22,7 +23,6 @@ from typing import Any
 from polyspec.router.table import Pool, field_of
 
 CANARY_KEY = "canary"
-CACHE_KEY = "canaries"
 Canaries = Mapping[str, tuple[str, float]]  # replica URL -> (language, share)
 
 

@@ -26,6 +26,7 @@ from polyspec.core.langid import (
 from polyspec.router.body import Prompt, read_prompt
 from polyspec.router.body import pop_router_fields as body_pop_router_fields
 from polyspec.router.errors import BadRequest
+from polyspec.router.table import RoutingTable
 
 ROUTER_BODY_KEY = "polyspec"
 HEADER_PREFIX = "x-polyspec-"
@@ -59,17 +60,6 @@ class Decision:
 def pop_router_fields(body: dict[str, Any]) -> dict[str, Any]:
     """Remove the router's own body field; returns it (``{"language": .., "domain": ..}``)."""
     return body_pop_router_fields(body, ROUTER_BODY_KEY)
-
-
-def upstream_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """Headers to forward: the client's, minus hop-by-hop ones and the router's own X-Polyspec-*.
-
-    The body is re-serialised JSON, so its type and length are the router's to set.
-    """
-    drop = {"host", "content-length", "content-type", "connection", "keep-alive", "transfer-encoding",
-            "accept-encoding", "upgrade"}
-    kept = {k: v for k, v in headers.items() if k.lower() not in drop and not k.lower().startswith(HEADER_PREFIX)}
-    return kept | {"Content-Type": "application/json"}
 
 
 def _pin_value(headers: Mapping[str, str], pins: Mapping[str, Any], what: str) -> tuple[str | None, str]:
@@ -110,14 +100,6 @@ def pinned_domain(headers: Mapping[str, str], pins: Mapping[str, Any], known: Co
         raise BadRequest(f"The pinned domain {shown!r} is not one this router knows; known: "
                          f"{', '.join(sorted(known))}.", param=param)
     return code
-
-
-def table_domains(table: Any) -> frozenset[str]:
-    """The domains of a routing table's pools (kept with the table: it is rebuilt, never changed)."""
-    domains = table.cached("domains")
-    if domains is None:
-        domains = table.cache("domains", frozenset(p.domain for p in table.pools))
-    return domains
 
 
 def stats_label(language: str, source: str, served: Collection[str]) -> str:
@@ -168,18 +150,31 @@ def classify(
     allowed: LabelSet | None = None,
     domains: Collection[str] = (),
 ) -> Decision:
-    """``allowed``: `served` plus the default language as `allowed_labels` gives it (the router keeps
-    one per routing table instead of rebuilding it per request). ``domains``: the routing table's domains,
-    which a pin may name besides the built-in ones."""
+    """``allowed``: `served` plus the default language as `allowed_labels` gives it. ``domains``: the routing
+    table's domains, which a pin may name besides the built-in ones. The router calls `classify_for`, with the
+    sets its routing table derived once."""
+    counted = frozenset({*served, default_language})
+    return _classify(body, kind, headers, pins, counted, default_language, threshold, max_chars,
+                     allowed or allowed_labels(counted), frozenset({*DOMAINS, *domains}))
+
+
+def classify_for(table: RoutingTable, body: Mapping[str, Any], kind: str, headers: Mapping[str, str],
+                 pins: Mapping[str, Any], threshold: float, max_chars: int) -> Decision:
+    """`classify` for the languages and domains of ``table`` (its known languages, the default included)."""
+    return _classify(body, kind, headers, pins, table.known_languages, table.default_language, threshold, max_chars,
+                     table.langid_labels, table.pin_domains)
+
+
+def _classify(body: Mapping[str, Any], kind: str, headers: Mapping[str, str], pins: Mapping[str, Any],
+              counted: Collection[str], default_language: str, threshold: float, max_chars: int, labels: LabelSet,
+              pin_domains: Collection[str]) -> Decision:
     prompt = read_prompt(body, kind)
     text = prompt.text
-    domain = pinned_domain(headers, pins, {*DOMAINS, *domains}) or detect_domain(text)
+    domain = pinned_domain(headers, pins, pin_domains) or detect_domain(text)
     pinned = pinned_language(headers, pins)
-    counted = {*served, default_language}
     if pinned:
         source = "header" if headers.get("x-polyspec-language") else "body"
         return Decision(pinned, 1.0, None, domain, source, text, stats_label(pinned, source, counted))
-    labels = allowed or allowed_labels(counted)
     cleaned = clean_for_langid(text, max_chars=max_chars)
     guess = detect_cleaned(cleaned, labels) if cleaned.strip() else None
     # Earlier turns can change the language only below 0.5 (they share out 1 - confidence), and the route

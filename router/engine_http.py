@@ -35,8 +35,10 @@ from urllib.parse import urlsplit
 import httptools
 
 HIGH_WATER = 256 * 1024  # unread bytes of one answer before reading from the engine pauses
-_SKIPPED = frozenset({"host", "content-length", "transfer-encoding", "connection", "keep-alive", "expect", "te",
-                      "trailer", "upgrade", "proxy-connection"})  # hop-by-hop, or the client's to set
+# The one list of headers never passed on to an engine: hop-by-hop ones, and those this client sets itself
+# (host, content-length) or never honours (expect: it does not wait for 100-continue).
+HOP_BY_HOP = frozenset({"host", "content-length", "transfer-encoding", "connection", "keep-alive", "expect", "te",
+                        "trailer", "upgrade", "proxy-connection"})
 
 
 class EngineIOError(Exception):
@@ -387,7 +389,7 @@ class EngineClient:
         self.connect_timeout_s = connect_timeout_s
         self._pools: dict[tuple[str, str, int], _Pool] = {}
         self._targets: dict[str, tuple[_Pool, bytes, bytes]] = {}  # URL -> (pool, path, Host header line)
-        self._default = _header_lines(default_headers or {})
+        self._default = header_lines(default_headers or {})
         self._tls: ssl.SSLContext | None = None
 
     def _target(self, url: str) -> tuple[_Pool, bytes, bytes]:
@@ -416,15 +418,18 @@ class EngineClient:
             self._targets[url] = target
         return target
 
-    async def request(self, method: str, url: str, body: bytes | None, headers: Mapping[str, str],
+    async def request(self, method: str, url: str, body: bytes | None, headers: Mapping[str, str] | bytes,
                       read_timeout_s: float, pool_timeout_s: float) -> Response:
-        """Send one request and wait for the answer's status and headers; its body is not read yet."""
+        """Send one request and wait for the answer's status and headers; its body is not read yet.
+        ``headers``: a mapping, or its lines as `header_lines` encoded them (a request tried on several
+        engines encodes them once)."""
         pool, path, host = self._target(url)
         loop = asyncio.get_running_loop()
         conn = await pool.acquire(loop, pool_timeout_s)
         answer = Response(conn, pool, read_timeout_s, loop)
         conn.answer = answer
-        head = [method.encode("latin-1"), b" ", path, b" HTTP/1.1\r\n", host, self._default, _header_lines(headers)]
+        lines = headers if isinstance(headers, bytes) else header_lines(headers)
+        head = [method.encode("latin-1"), b" ", path, b" HTTP/1.1\r\n", host, self._default, lines]
         if body is not None:
             head.append(b"Content-Length: %d\r\n\r\n" % len(body))
             head.append(body)
@@ -445,12 +450,15 @@ class EngineClient:
         self._targets.clear()
 
 
-def _header_lines(headers: Mapping[str, str]) -> bytes:
-    """Header lines, minus the ones this client sets itself or that are hop-by-hop; a value with a line
-    break is dropped, never sent (it would split the request)."""
+def header_lines(headers: Mapping[str, str], skipped: frozenset[str] = HOP_BY_HOP,
+                 skipped_prefix: str | None = None) -> bytes:
+    """Header lines, minus ``skipped`` names (lower case; by default `HOP_BY_HOP`) and those starting with
+    ``skipped_prefix``; a value with a line break is dropped, never sent (it would split the request)."""
     lines = []
     for name, value in headers.items():
-        if name.lower() in _SKIPPED or "\r" in value or "\n" in value or "\r" in name or "\n" in name:
+        lower = name.lower()
+        if (lower in skipped or (skipped_prefix is not None and lower.startswith(skipped_prefix)) or "\r" in value or "\n" in value or "\r" in name
+                or "\n" in name):
             continue
         lines.append(f"{name}: {value}\r\n")
     return "".join(lines).encode("latin-1", errors="replace")

@@ -152,7 +152,7 @@ def _tier(table: RoutingTable, pool: Pool, language: str, domain: str) -> str:
         return "language+domain"
     if domain != GENERAL and any(p.key == pool.key for p in table.pools_for(language, GENERAL)):
         return "language"
-    if any(p.key == pool.key for p in table.default_pools()):
+    if any(p.key == pool.key for p in table.default_pools):
         return "default"
     return "model" if pool.speculates else "no-speculation"
 

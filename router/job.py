@@ -1,5 +1,6 @@
-"""One request's bookkeeping, shared by the unary and the streamed path: the job, the payload each
-engine gets, failed attempts, the final error, and what telemetry records about the outcome."""
+"""One request's bookkeeping, shared by the unary and the streamed path: the job, the payload and headers
+each engine gets (encoded once per request), failed attempts, the final error, and what telemetry records
+about the outcome."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from typing import Any, TypeVar
 import msgspec
 
 from polyspec.router.body import encode_body
-from polyspec.router.classify import Decision
+from polyspec.router.classify import HEADER_PREFIX, Decision
+from polyspec.router.engine_http import HOP_BY_HOP, Response, header_lines
 from polyspec.router.errors import RouterError, UpstreamFailed, UpstreamTimeout
 from polyspec.router.policy import Target
 from polyspec.router.runtime import RouterRuntime
@@ -21,7 +23,14 @@ from polyspec.router.upstream import is_timeout
 
 PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 PASSED_UPSTREAM_HEADERS = ("x-request-id",)
+# Client headers an engine never gets: the hop-by-hop ones (engine_http.HOP_BY_HOP), and those the router sets
+# itself: the body is re-serialised JSON, and the engine answers uncompressed (router.upstream).
+_NOT_FORWARDED = HOP_BY_HOP | {"content-type", "accept-encoding"}
+_JSON_TYPE = b"Content-Type: application/json\r\n"
 R = TypeVar("R", bound="Reported")
+# What an attempt gives when its engine answered: the response, and its body read whole (True: an answer, or
+# an error of the engine) or a stream's first bytes (False).
+Opened = tuple[Response, bytes, bool]
 
 
 @dataclass
@@ -32,7 +41,7 @@ class Job:
     body: dict[str, Any]
     strict_json: bool  # msgspec may re-encode the body (see classify.decode_body)
     alias: bool  # the client named a router alias: each engine gets its own model id
-    headers: dict[str, str]
+    headers: bytes  # the header lines every engine gets (`forwarded_headers`)
     stream: bool
     client_usage: bool
     started: float
@@ -41,6 +50,9 @@ class Job:
     recorded: bool = field(default=False, init=False)
     attempt_started: float = field(default=0.0, init=False)
     batch: int = field(default=1, init=False)  # streams on the engine, this one included, when it was sent
+    # The body as each engine gets it, encoded at its first attempt: the client's own (key None), or with an
+    # engine's model id in place of a router alias (key: that id).
+    payloads: dict[str | None, bytes] = field(default_factory=dict, init=False, repr=False)
 
     def begin_attempt(self, in_flight: int) -> None:
         """Called as a replica is acquired: the attempt's clock and the batch it joins (live step times)."""
@@ -82,13 +94,23 @@ def router_headers(decision: Decision, target: Target, upstream: Mapping[str, st
     ]
 
 
+def forwarded_headers(headers: Mapping[str, str]) -> bytes:
+    """The client's headers as every engine gets them, encoded once per request: without the hop-by-hop
+    ones, those the router sets itself and the router's own X-Polyspec-*, with the JSON content type."""
+    return header_lines(headers, _NOT_FORWARDED, HEADER_PREFIX) + _JSON_TYPE
+
+
 def payload(rt: RouterRuntime, job: Job, target: Target) -> bytes:
-    body = job.body
-    engine_model = rt.backends.model_for(target.replica.url) if job.alias else None
-    if engine_model:
-        body = dict(body)
-        body["model"] = engine_model
-    return encode_body(body, job.strict_json)
+    """The body ``target``'s engine gets, encoded once per request (once per engine model id for an alias)."""
+    model = (rt.backends.model_for(target.replica.url) or None) if job.alias else None
+    encoded = job.payloads.get(model)
+    if encoded is None:
+        body = job.body
+        if model is not None:
+            body = dict(body)
+            body["model"] = model
+        encoded = job.payloads[model] = encode_body(body, job.strict_json)
+    return encoded
 
 
 def fail(rt: RouterRuntime, target: Target, reason: str, detail: str) -> None:

@@ -21,14 +21,12 @@ the model is honoured before the language.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from polyspec.core.acceptance import mean_acceptance_length
-from polyspec.router.table import Pool, Replica, RoutingTable
-
-GENERAL = "general"
+from polyspec.router.table import GENERAL, Pool, Replica, RoutingTable
 
 
 class AcceptanceCounts(Protocol):
@@ -56,7 +54,7 @@ def blended_mal(pool: Pool, language: str, domain: str, live: LiveLookup, prior_
     return (prior_steps * offline + n * live_mal) / (prior_steps + n)
 
 
-def _ranked(pools: list[Pool], language: str, domain: str, live: LiveLookup, prior_steps: int) -> list[Pool]:
+def _ranked(pools: Sequence[Pool], language: str, domain: str, live: LiveLookup, prior_steps: int) -> list[Pool]:
     def key(pool: Pool) -> tuple[int, float, str]:
         score = blended_mal(pool, language, domain, live, prior_steps)
         return (0 if score is not None else 1, -(score or 0.0), pool.key)
@@ -76,10 +74,10 @@ def candidate_pools(
 
     ``serving``: URLs of the replicas serving the requested model; None means any replica will do.
     """
-    tiers = [table.pools_for(language, domain)]
+    tiers: list[Sequence[Pool]] = [table.pools_for(language, domain)]
     if domain != GENERAL:
         tiers.append(table.pools_for(language, GENERAL))
-    tiers.append(table.default_pools())
+    tiers.append(table.default_pools)
     if serving is not None:
         tiers = [[p for p in tier if _serves_any(p, serving)] for tier in tiers]
         tiers.append([p for p in table.pools if _serves_any(p, serving)])

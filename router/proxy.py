@@ -20,12 +20,15 @@ from polyspec.router.asgi import (
     send_error, send_response,
 )
 from polyspec.router.body import field
-from polyspec.router.classify import upstream_headers
+from polyspec.router.engine_http import Response
 from polyspec.router.errors import NoBackend, RouterError, RouterShutdown
-from polyspec.router.job import Job, attempt_failed, completion_telemetry, fail, give_up, payload, record, router_headers
+from polyspec.router.job import (
+    Job, Opened, attempt_failed, completion_telemetry, fail, forwarded_headers, give_up, payload, record, router_headers,
+)
+from polyspec.router.policy import Target
 from polyspec.router.routing import route
 from polyspec.router.runtime import RouterRuntime
-from polyspec.router.stream import stream
+from polyspec.router.stream import open_stream, relay
 from polyspec.router.upstream import UPSTREAM_ERRORS
 
 
@@ -40,7 +43,7 @@ async def prepare(rt: RouterRuntime, raw: bytes, headers: dict[str, str], kind: 
     if stream:
         # vLLM reports per-request acceptance for streams only in the usage chunk.
         body["stream_options"] = {**options, "include_usage": True}
-    job = Job(kind, decision, targets, body, routing.strict, routing.serving is None, upstream_headers(headers),
+    job = Job(kind, decision, targets, body, routing.strict, routing.serving is None, forwarded_headers(headers),
               stream, client_usage, started, routing.ranking, headers.get("x-polyspec-explain", "") in ("1", "true"))
     if not targets:
         record(rt, job, None, "no_backend")  # classified (its traffic counted), so its outcome is too
@@ -51,36 +54,65 @@ async def prepare(rt: RouterRuntime, raw: bytes, headers: dict[str, str], kind: 
     return job
 
 
-async def _unary(rt: RouterRuntime, job: Job, send: Send) -> None:
+async def forward(rt: RouterRuntime, job: Job, send: Send) -> None:
+    """The failover loop of both paths: try the job's replicas in order until one answers. An attempt holds
+    its replica (in flight) until its answer is read whole, or, streamed, until the relay ends; a failed one
+    is noted and the next replica tried, and when none is left the client gets the summary of every failure."""
     errors: list[tuple[str, str]] = []
+    attempt = open_stream if job.stream else _read_whole
     for target in job.targets:
         url = target.replica.url
         rt.backends.acquire(url)
         job.begin_attempt(rt.backends.in_flight(url))
-        try:
-            resp = await rt.backends.upstream.post(url + job.endpoint, payload(rt, job, target), job.headers)
-            try:
-                content = await resp.read()
-            finally:
-                resp.release()  # closes the connection instead if the body was not read to the end
-        except UPSTREAM_ERRORS as exc:
-            attempt_failed(rt, target, errors, exc)
-            continue
+        held = True
+        try:  # released however the attempt ends, a client disconnect before the first byte included
+            opened = await attempt(rt, job, target, errors)
+            if opened is None:
+                continue
+            resp, data, whole = opened
+            if not whole:
+                await relay(rt, job, target, resp, data, send)
+                return
+            held = False
+            rt.backends.release(url)  # the engine is done with it before the client gets the answer
+            if await _answer(rt, job, target, resp, data, errors, send):
+                return
         finally:
-            rt.backends.release(url)
-        status = resp.status
-        if status >= 500:
-            errors.append((target.replica.name, f"HTTP {status}"))
-            fail(rt, target, f"http_{status}", content.decode(errors="replace")[:200])
-            continue
-        spec, tokens = completion_telemetry(content) if status < 400 else (None, 0)
-        record(rt, job, target, "ok" if status < 400 else f"http_{status}", spec, tokens)
-        headers = router_headers(job.decision, target, resp.headers, job)
-        headers.append((b"content-type", content_type(resp.headers.get("content-type"), "application/json")))
-        await send_response(send, status, headers, content)
-        return
+            if held:
+                rt.backends.release(url)
     record(rt, job, None, "upstream_failed")
     raise give_up(errors)
+
+
+async def _read_whole(rt: RouterRuntime, job: Job, target: Target, errors: list[tuple[str, str]]) -> Opened | None:
+    """A unary attempt: send the request and read the answer whole; None, noted in ``errors``, if it failed."""
+    try:
+        resp = await rt.backends.upstream.post(target.replica.url + job.endpoint, payload(rt, job, target), job.headers)
+        try:
+            content = await resp.read()
+        finally:
+            resp.release()  # closes the connection instead if the body was not read to the end
+    except UPSTREAM_ERRORS as exc:
+        attempt_failed(rt, target, errors, exc)
+        return None
+    return resp, content, True
+
+
+async def _answer(rt: RouterRuntime, job: Job, target: Target, resp: Response, content: bytes,
+                  errors: list[tuple[str, str]], send: Send) -> bool:
+    """An answer read whole goes to the client, an engine's error below 500 included (it is the client's to
+    see); a 5xx is noted in ``errors`` (False: try the next replica)."""
+    status = resp.status
+    if status >= 500:
+        errors.append((target.replica.name, f"HTTP {status}"))
+        fail(rt, target, f"http_{status}", content.decode(errors="replace")[:200])
+        return False
+    spec, tokens = completion_telemetry(content) if status < 400 else (None, 0)
+    record(rt, job, target, "ok" if status < 400 else f"http_{status}", spec, tokens)
+    headers = router_headers(job.decision, target, resp.headers, job)
+    headers.append((b"content-type", content_type(resp.headers.get("content-type"), "application/json")))
+    await send_response(send, status, headers, content)
+    return True
 
 
 async def _refuse(rt: RouterRuntime, scope: Scope, receive: Receive, send: Send, exc: RouterError, *,
@@ -113,7 +145,7 @@ async def serve_completion(rt: RouterRuntime, scope: Scope, receive: Receive, se
     watch = DisconnectWatch(receive, send, hook)
     ended = "router_error"  # how a request ends that did not record its own outcome
     try:
-        await (stream(rt, job, watch.send) if job.stream else _unary(rt, job, watch.send))
+        await forward(rt, job, watch.send)
     except RouterError as exc:
         await send_error(scope, receive, watch.send, exc)
     except asyncio.CancelledError:

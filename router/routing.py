@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from polyspec.router import canary
 from polyspec.router.body import Body, decode_body, field
-from polyspec.router.classify import Decision, classify, pop_router_fields, table_domains
+from polyspec.router.classify import Decision, classify_for, pop_router_fields
 from polyspec.router.errors import BadRequest, ModelNotFound, NoBackend
 from polyspec.router.policy import GENERAL, Target, candidate_pools, plan_attempts
 from polyspec.router.speed import Ranking, SpeedInputs, extra_pools, rank
-from polyspec.router.table import Pool, RoutingTable
+from polyspec.router.table import MEMO_LIMIT, Pool, RoutingTable
 
 if TYPE_CHECKING:
     from polyspec.router.runtime import RouterRuntime
@@ -65,8 +65,7 @@ def route(rt: RouterRuntime, raw: bytes, headers: dict[str, str], kind: str,
     body, strict = decode_body(raw)
     pins = pop_router_fields(body)
     serving = serving_of(rt, field(body, "model"))
-    decision = classify(body, kind, headers, pins, rt.languages_of(table), rt.default_language, c.language_threshold,
-                        c.langid_max_chars, allowed=rt.langid_labels(table), domains=table_domains(table))
+    decision = classify_for(table, body, kind, headers, pins, c.language_threshold, c.langid_max_chars)
     live = rt.telemetry.live_lookup()
     pools = candidate_pools(table, decision.language, decision.domain, live, c.prior_spec_steps, serving)
     ranking = None
@@ -74,8 +73,7 @@ def route(rt: RouterRuntime, raw: bytes, headers: dict[str, str], kind: str,
     if c.policy == "speed":
         inputs = SpeedInputs(live, rt.live_steps, rt.explorer, rt.backends.in_flight, rt.backends.is_healthy,
                              c.prior_spec_steps, c.prior_step_requests, c.speed_confidence_z)
-        memo = table.cached("speed_memo")
-        memo = table.cache("speed_memo", {}) if memo is None else memo
+        memo = table.memo.speed
         if covering:  # ranked among themselves, for the likeliest label
             ranking = rank(covering, [], decision.likely[0], decision.domain, inputs, memo)
             covering = [cand.pool for cand in ranking.candidates] or covering
@@ -87,13 +85,9 @@ def route(rt: RouterRuntime, raw: bytes, headers: dict[str, str], kind: str,
         keys = {p.key for p in covering}
         pools = covering + [p for p in pools if p.key not in keys]
     # a canary takes its share of its language and is last for everything else (router.canary)
-    pools = canary.apply(pools, decision.language, table.cached(canary.CACHE_KEY), random.random())
+    pools = canary.apply(pools, decision.language, table.canaries, random.random())
     targets = plan_attempts(pools, rt.backends.is_healthy, rt.backends.in_flight, c.max_attempts, serving)
     return Routing(body, strict, pins, serving, decision, pools, targets, ranking)
-
-
-_UNSURE_CACHE = "unsure_pools"
-_UNSURE_LIMIT = 4096  # keyed by labels of the routing table's own languages: bounded, and bounded again here
 
 
 def unsure_pools(table: RoutingTable, likely: tuple[str, ...], domain: str,
@@ -102,14 +96,14 @@ def unsure_pools(table: RoutingTable, likely: tuple[str, ...], domain: str,
     general that serve every label of ``likely``, by their mean offline MAL over the labels (a pool without a
     figure for one counts 1 there: nothing accepted); where none serves them all, the pool serving the most
     languages, if it serves several and one of ``likely`` (the multilingual draft). Empty when no pool
-    qualifies: the fallback to the default pools stands. Cached with the table per (labels, domain)."""
-    memo = table.cached(_UNSURE_CACHE)
-    memo = table.cache(_UNSURE_CACHE, {}) if memo is None else memo
+    qualifies: the fallback to the default pools stands. Kept with the table per (labels, domain)
+    (``table.memo.unsure``: labels of the table's own languages, bounded again there)."""
+    memo = table.memo.unsure
     key = (likely, domain)
     found = memo.get(key)
     if found is None:
-        found = _unsure_pools(table, likely, domain)
-        if len(memo) < _UNSURE_LIMIT:
+        found = tuple(_unsure_pools(table, likely, domain))
+        if len(memo) < MEMO_LIMIT:
             memo[key] = found
     if serving is None:
         return list(found)

@@ -10,15 +10,15 @@ from typing import Any
 
 import anyio
 
-from polyspec.core.langid import LabelSet, allowed_labels, warm_up
+from polyspec.core.langid import LabelSet, warm_up
 from polyspec.registry.errors import RegistryMissing
 from polyspec.router.backends import Backends
 from polyspec.router.capture import PromptCapture
 from polyspec.router.config import RouterConfig
 from polyspec.router.speed import Explorer, LiveSteps
-from polyspec.router.canary import CACHE_KEY as CANARIES
 from polyspec.router.canary import canaries_of
-from polyspec.router.table import RegistrySource, RoutingTable, TableSource, build_table
+from polyspec.router.source import RegistrySource, TableSource
+from polyspec.router.table import RoutingTable, build_table
 from polyspec.router.telemetry import Telemetry, merge_rows
 
 log = logging.getLogger("polyspec.router")
@@ -41,7 +41,7 @@ class RouterRuntime:
         self.config = config
         self.source: TableSource = source if source is not None else RegistrySource(config.registry_url)
         self.default_language = config.resolved_default_language()
-        self.table = RoutingTable(pools=[], default_language=self.default_language)
+        self.table = RoutingTable(pools=(), default_language=self.default_language)
         self.backends = Backends(config)
         self.telemetry = Telemetry(config.router_id)
         self.live_steps = LiveSteps()  # step times measured on each replica (router.speed)
@@ -88,8 +88,8 @@ class RouterRuntime:
         try:
             # abandon_on_cancel: stop() does not wait for a hung read (its thread ends on its own).
             deployments = await anyio.to_thread.run_sync(self.source.deployments, abandon_on_cancel=True)
-            table = build_table(deployments, self.default_language)
-            table.cache(CANARIES, canaries_of(deployments))  # `polyspec adapt` canaries: router.canary
+            # `polyspec adapt` canaries: router.canary
+            table = build_table(deployments, self.default_language, canaries_of(deployments))
         except Exception as exc:  # any registry failure: keep serving from the last table
             return self._refresh_failed(exc)
         if not table.pools and self.table.pools:
@@ -213,20 +213,9 @@ class RouterRuntime:
     def known_models(self) -> list[str]:
         return sorted(set(self.config.model_aliases) | self.backends.model_ids())
 
-    def languages_of(self, table: RoutingTable) -> set[str]:
-        """The languages requests are classified and counted under: the served ones, the default, and those
-        some draft has a figure for (RoutingTable.known_languages). Italian with no Italian pool is counted
-        as Italian (and routed as a language without a pool: the default pool under the MAL policy), not
-        folded into the nearest served language, so its traffic shows up for `polyspec adapt` and the
-        dashboard under either policy."""
-        return table.known_languages
-
     def langid_labels(self, table: RoutingTable) -> LabelSet:
-        """The languages langid may choose from for ``table`` (``languages_of``, the default included)."""
-        labels = table.cached("langid_labels")
-        if labels is None:
-            labels = table.cache("langid_labels", allowed_labels(self.languages_of(table) | {self.default_language}))
-        return labels
+        """The languages langid may choose from for ``table``: its ``known_languages`` (RoutingTable)."""
+        return table.langid_labels
 
     def not_ready_reason(self) -> str | None:
         """Why /ready answers 503, in words an operator can act on; None when ready."""

@@ -31,11 +31,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from polyspec.core.speed import AcceptanceEstimate, blend_acceptance, blend_step, interpolate
-from polyspec.router.table import Pool, RoutingTable
+from polyspec.router.table import MEMO_LIMIT, Pool, RoutingTable
 
 STEP_WINDOW = 200  # live step times: a running mean over about this many requests, then recency-weighted
 MIN_STEPS = 4  # a request of fewer steps is mostly prefill: its time says little about the step cost
 _MAX_KEYS = 4096  # explore counters and step buckets are keyed by bounded labels; bound them anyway
+SpeedMemo = dict[tuple[str, str, str, int, int], tuple[float, float, float]]  # router.table.TableMemo.speed
 
 
 def batch_bucket(batch: int) -> int:
@@ -151,17 +152,17 @@ _SOURCES = {(True, True): "calibrated+live", (True, False): "calibrated", (False
 
 
 def _tokens_per_step(pool: Pool, language: str, domain: str, inputs: SpeedInputs,
-                     memo: dict[Any, tuple[float, float, float]]) -> tuple[float, float, float]:
-    """(E, its lower bound, samples), memoised per table on the live counts they depend on: the offline
-    part never changes within a table and the live part only when a request of that key finishes, so the
-    hot path recomputes them once per change instead of once per request (rank runs on every request)."""
+                     memo: SpeedMemo) -> tuple[float, float, float]:
+    """(E, its lower bound, samples), memoised per table (its TableMemo) on the live counts they depend on:
+    the offline part never changes within a table and the live part only when a request of that key
+    finishes, so the hot path recomputes them once per change instead of once per request."""
     if not pool.speculates:
         return 1.0, 1.0, math.inf
     row = inputs.live.get((language, domain, pool.draft))
     key = (pool.key, language, domain, row.num_spec_steps if row else 0, row.requests if row else 0)
     hit = memo.get(key)
     if hit is None:
-        if len(memo) >= _MAX_KEYS:
+        if len(memo) >= MEMO_LIMIT:
             memo.clear()
         est = acceptance_of(pool, language, domain, inputs)
         hit = memo[key] = (est.mean(pool.k), est.lower(pool.k, inputs.z), est.samples)
@@ -169,7 +170,7 @@ def _tokens_per_step(pool: Pool, language: str, domain: str, inputs: SpeedInputs
 
 
 def candidate(pool: Pool, language: str, domain: str, inputs: SpeedInputs,
-              memo: dict[Any, tuple[float, float, float]] | None = None) -> Candidate:
+              memo: SpeedMemo | None = None) -> Candidate:
     is_healthy = inputs.is_healthy
     urls = [r.url for r in pool.replicas if is_healthy(r.url)] or [r.url for r in pool.replicas]
     batch = min(inputs.in_flight(u) for u in urls) + 1 if urls else 1
@@ -184,9 +185,9 @@ def candidate(pool: Pool, language: str, domain: str, inputs: SpeedInputs,
 
 
 def rank(pools_mal_order: list[Pool], extra: list[Pool], language: str, domain: str, inputs: SpeedInputs,
-         memo: dict[Any, tuple[float, float, float]] | None = None) -> Ranking:
+         memo: SpeedMemo | None = None) -> Ranking:
     """``pools_mal_order``: the MAL policy's order (router.policy.candidate_pools); ``extra``: the other
-    pools that may serve the request (``extra_pools``). ``memo``: a dict kept with the routing table."""
+    pools that may serve the request (``extra_pools``). ``memo``: the routing table's (``table.memo.speed``)."""
     seen = {p.key for p in pools_mal_order}
     pools = pools_mal_order + [p for p in extra if p.key not in seen]
     if not pools:
@@ -218,10 +219,7 @@ def extra_pools(table: RoutingTable, language: str, domain: str, live: Mapping[t
     as a draft would, speculation never changes the output), then pools whose draft has evidence on the
     language, an offline figure or live counters (a French draft may accept Italian better than the default
     English one does)."""
-    pools = table.cached("no_spec_pools")
-    if pools is None:
-        pools = table.cache("no_spec_pools", [p for p in table.pools if not p.speculates])
-    pools = list(pools) + [p for p in table.pools if p.speculates and (
+    pools = list(table.no_spec_pools) + [p for p in table.pools if p.speculates and (
         language in p.offline_acceptance or (language, domain, p.draft) in live)]
     if serving is None:
         return pools

@@ -19,10 +19,10 @@ from typing import Any
 
 import msgspec
 
-from polyspec.router.asgi import Send, content_type, send_response
+from polyspec.router.asgi import Send, content_type
 from polyspec.router.errors import sse_error
 from polyspec.router.job import (
-    Job, Reported, attempt_failed, decode_reported, fail, give_up, payload, record, reported_telemetry, router_headers,
+    Job, Opened, Reported, attempt_failed, decode_reported, fail, payload, record, reported_telemetry, router_headers,
 )
 from polyspec.router.policy import Target
 from polyspec.router.runtime import RouterRuntime
@@ -80,13 +80,10 @@ class EventSplitter:
         return kept
 
 
-# What opening a stream gives: the response and its first bytes, or an engine's error answer to pass on.
-_Opened = tuple[Response, bytes] | tuple[int, list[tuple[bytes, bytes]], bytes]
-
-
-async def _open(rt: RouterRuntime, job: Job, target: Target, errors: list[tuple[str, str]]) -> _Opened | None:
-    """Send the request and wait for its first body byte: (response, first bytes), an error response
-    of the engine to pass on (status < 500, as (status, headers, body)), or None to try the next replica."""
+async def open_stream(rt: RouterRuntime, job: Job, target: Target, errors: list[tuple[str, str]]) -> Opened | None:
+    """Send the request and wait for its first body byte: (response, first bytes, False) to relay; an error
+    answer of the engine read whole (response, body, True); or None, noted in ``errors``, to try the next
+    replica (router.proxy.forward)."""
     try:
         resp = await rt.backends.upstream.post(target.replica.url + job.endpoint, payload(rt, job, target), job.headers)
     except UPSTREAM_ERRORS as exc:
@@ -94,14 +91,11 @@ async def _open(rt: RouterRuntime, job: Job, target: Target, errors: list[tuple[
         return None
     try:
         if resp.status >= 400:
-            content = await resp.read()
-            if resp.status >= 500:
-                errors.append((target.replica.name, f"HTTP {resp.status}"))
-                fail(rt, target, f"http_{resp.status}", content.decode(errors="replace")[:200])
-                return None
-            headers = router_headers(job.decision, target, resp.headers, job)
-            headers.append((b"content-type", content_type(resp.headers.get("content-type"), "application/json")))
-            return resp.status, headers, content
+            try:
+                content = await resp.read()
+            finally:
+                resp.release()  # closes the connection instead if the body was not read to the end
+            return resp, content, True
         first = await resp.read_chunk()
     except UPSTREAM_ERRORS as exc:
         resp.close()
@@ -117,32 +111,8 @@ async def _open(rt: RouterRuntime, job: Job, target: Target, errors: list[tuple[
         errors.append((target.replica.name, "before first byte (empty body)"))
         fail(rt, target, "early_close", "empty body")
         return None
-    return resp, first
-
-
-async def stream(rt: RouterRuntime, job: Job, send: Send) -> None:
-    errors: list[tuple[str, str]] = []
-    for target in job.targets:
-        url = target.replica.url
-        rt.backends.acquire(url)
-        job.begin_attempt(rt.backends.in_flight(url))
-        try:  # released however the attempt ends, a client disconnect before the first byte included
-            opened = await _open(rt, job, target, errors)
-            if opened is None:
-                continue
-            if len(opened) == 3:
-                status, headers, content = opened
-                record(rt, job, target, f"http_{status}")
-                await send_response(send, status, headers, content)
-                return
-            rt.telemetry.metrics.ttfb_of(job.endpoint, "true").observe(time.perf_counter() - job.started)
-            resp, first = opened
-            await _relay(rt, job, target, resp, first, send)
-            return
-        finally:
-            rt.backends.release(url)
-    record(rt, job, None, "upstream_failed")
-    raise give_up(errors)
+    rt.telemetry.metrics.ttfb_of(job.endpoint, "true").observe(time.perf_counter() - job.started)
+    return resp, first, False
 
 
 async def _end(rt: RouterRuntime, target: Target, events: EventSplitter, done: bool, send: Send) -> str:
@@ -162,8 +132,8 @@ async def _end(rt: RouterRuntime, target: Target, events: EventSplitter, done: b
     return "stream_incomplete"
 
 
-async def _relay(rt: RouterRuntime, job: Job, target: Target, resp: Response, first: bytes,
-                 send: Send) -> None:
+async def relay(rt: RouterRuntime, job: Job, target: Target, resp: Response, first: bytes, send: Send) -> None:
+    """Pass the stream on to the client, from its first bytes to its end (or an error event), and record it."""
     events = EventSplitter(job.client_usage)
     status, done, data = "router_error", False, first  # "router_error": anything unforeseen cut it short
     try:

@@ -1,29 +1,27 @@
 """The routing table: pools of engine replicas built from the registry's active deployments.
 
 Deployments that share draft, languages and domain form one pool; each deployment URL is a replica.
-Sources are pluggable so that the app can be built before (or without) a registry: a source only has
-to return deployment-like objects (attributes of ``registry.DeploymentView``) and, optionally, store
-and return live stats.
+Where deployments come from is pluggable (router.source), so that the app can be built before (or without)
+a registry: a source only has to return deployment-like objects (attributes of ``registry.DeploymentView``)
+and, optionally, store and return live stats (`LiveRow`, kept here).
 """
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
-from typing import Any, Protocol
-
-from sqlalchemy.engine import make_url
+from typing import Any
 
 from polyspec.core.counters import SpecCounts
+from polyspec.core.domains import DOMAINS
+from polyspec.core.langid import LabelSet, allowed_labels
 from polyspec.core.speed import shared_curves
 
 NO_DRAFT = "none"
-_CACHE_LIMIT = 4096
+GENERAL = "general"
+MEMO_LIMIT = 4096  # entries of one TableMemo map: keyed by bounded labels, and bounded again here
 
 
 @dataclass(frozen=True)
@@ -62,63 +60,80 @@ class Pool:
         return language in self.languages
 
 
-@dataclass
+class TableMemo:
+    """Values computed on demand from one table (and the live counters) and kept with it, each map bounded
+    by `MEMO_LIMIT`: the speed policy's tokens per step keyed by the live counts they depend on
+    (router.speed), and the pools covering a set of likely labels (router.routing.unsure_pools). The table's
+    own fields never change; a new table starts with an empty memo."""
+
+    __slots__ = ("speed", "unsure")
+
+    def __init__(self) -> None:
+        self.speed: dict[tuple[str, str, str, int, int], tuple[float, float, float]] = {}
+        self.unsure: dict[tuple[tuple[str, ...], str], tuple[Pool, ...]] = {}
+
+
+@dataclass(frozen=True, eq=False)
 class RoutingTable:
-    """Built once per refresh and not changed afterwards: the lookups below are cached on that basis."""
+    """Built once per refresh and never changed: every lookup the hot path makes of it is derived here, once,
+    so a request reads fields instead of rebuilding sets per call.
 
-    pools: list[Pool]
+    ``canaries``: replica URL -> (language, share) of the deployments `polyspec adapt` marked (router.canary).
+    """
+
+    pools: tuple[Pool, ...]
     default_language: str
+    canaries: Mapping[str, tuple[str, float]] = field(default_factory=dict)
     built_at: float = field(default_factory=time.time)
-    _cache: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    languages: frozenset[str] = field(init=False)  # served, and the default
+    known_languages: frozenset[str] = field(init=False)
+    domains: frozenset[str] = field(init=False)  # of the pools
+    pin_domains: frozenset[str] = field(init=False)  # what a client may pin: the built-in domains and the pools'
+    langid_labels: LabelSet = field(init=False)  # what language ID may answer: ``known_languages``
+    default_pools: tuple[Pool, ...] = field(init=False)
+    no_spec_pools: tuple[Pool, ...] = field(init=False)  # pools without speculation (router.speed.extra_pools)
+    memo: TableMemo = field(init=False, repr=False)
+    _tiers: dict[tuple[str, str], tuple[Pool, ...]] = field(init=False, repr=False)
+    _replicas: tuple[Replica, ...] = field(init=False, repr=False)
 
-    @property
-    def languages(self) -> set[str]:
-        served = self._cache.get("languages")
-        if served is None:
-            served = self._cache["languages"] = {lang for pool in self.pools for lang in pool.languages}
-        return served | {self.default_language}
+    def __post_init__(self) -> None:
+        pools = tuple(self.pools)
+        served = {lang for pool in pools for lang in pool.languages}
+        languages = frozenset(served | {self.default_language})
+        # The languages requests are classified and counted under: the served ones, the default, and every
+        # language some pool's draft has an offline figure for. The speed policy can predict (and serve,
+        # through a pool without speculation) those too; and Italian with no Italian pool is counted as
+        # Italian (routed as a language without a pool), not folded into the nearest served language, so its
+        # traffic shows up for `polyspec adapt` and the dashboard under either policy.
+        known = languages | {lang for pool in pools for lang in pool.offline_acceptance}
+        domains = frozenset(p.domain for p in pools)
+        tiers: dict[tuple[str, str], list[Pool]] = {}
+        for pool in pools:  # in table order, as each tier lists them
+            for lang in pool.languages:
+                tiers.setdefault((lang, pool.domain), []).append(pool)
+        frozen_tiers = {key: tuple(found) for key, found in tiers.items()}
+        marked = tuple(p for p in pools if p.is_default)
+        replicas: dict[str, Replica] = {}
+        for pool in pools:
+            for replica in pool.replicas:
+                replicas.setdefault(replica.url, replica)
+        derived = {
+            "pools": pools, "languages": languages, "known_languages": known, "domains": domains,
+            "pin_domains": frozenset(DOMAINS) | domains, "langid_labels": allowed_labels(known),
+            "default_pools": marked or frozen_tiers.get((self.default_language, GENERAL), ()),
+            "no_spec_pools": tuple(p for p in pools if not p.speculates), "memo": TableMemo(),
+            "_tiers": frozen_tiers, "_replicas": tuple(replicas.values()),
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
 
-    @property
-    def known_languages(self) -> set[str]:
-        """The served languages plus every language some pool's draft has an offline figure for: the speed
-        policy can predict (and serve, through a pool without speculation) those too, so it identifies them
-        rather than folding them into the nearest served language."""
-        known = self._cache.get("known_languages")
-        if known is None:
-            evaluated = {lang for pool in self.pools for lang in pool.offline_acceptance}
-            known = self._cache["known_languages"] = self.languages | evaluated
-        return known
-
-    def cached(self, key: str) -> Any:
-        """A value derived from this table and kept with it (None if not computed yet)."""
-        return self._cache.get(key)
-
-    def cache(self, key: str, value: Any) -> Any:
-        self._cache[key] = value
-        return value
-
-    def pools_for(self, language: str, domain: str) -> list[Pool]:
-        key = ("pools_for", language, domain)
-        pools = self._cache.get(key)
-        if pools is None:
-            pools = [p for p in self.pools if p.serves(language) and p.domain == domain]
-            if len(self._cache) < _CACHE_LIMIT:  # pinned languages come from clients: bound the cache
-                self._cache[key] = pools
-        return list(pools)
-
-    def default_pools(self) -> list[Pool]:
-        pools = self._cache.get("default")
-        if pools is None:
-            marked = [p for p in self.pools if p.is_default]
-            pools = self._cache["default"] = marked or self.pools_for(self.default_language, "general")
-        return list(pools)
+    def pools_for(self, language: str, domain: str) -> tuple[Pool, ...]:
+        """The pools serving ``language`` in ``domain``, in table order."""
+        return self._tiers.get((language, domain), ())
 
     def replicas(self) -> list[Replica]:
-        seen: dict[str, Replica] = {}
-        for pool in self.pools:
-            for replica in pool.replicas:
-                seen.setdefault(replica.url, replica)
-        return list(seen.values())
+        """Every replica once, in table order."""
+        return list(self._replicas)
 
     def describe(self) -> list[dict[str, Any]]:
         return [
@@ -162,16 +177,6 @@ class LiveRow:
         return getattr(self.counts, name)
 
 
-class TableSource(Protocol):
-    """Where the router gets deployments and shares live stats (the registry in production)."""
-
-    def deployments(self) -> Sequence[Any]: ...
-
-    def live_stats(self) -> Sequence[LiveRow]: ...
-
-    def record_live_stats(self, router_id: str, rows: Sequence[LiveRow]) -> None: ...
-
-
 def field_of(obj: Any, name: str, default: Any = None) -> Any:
     """A field of a deployment or live-stat row given as a record or as a dict (a fleet YAML, a test)."""
     if isinstance(obj, dict):
@@ -191,8 +196,10 @@ def _draft_name(obj: Any) -> str:
     return f"{name}:{version}" if version is not None else str(name)
 
 
-def build_table(deployments: Iterable[Any], default_language: str) -> RoutingTable:
+def build_table(deployments: Iterable[Any], default_language: str,
+                canaries: Mapping[str, tuple[str, float]] | None = None) -> RoutingTable:
     """Group deployments into pools. Deployments without a URL are not routable yet and are skipped.
+    ``canaries``: as router.canary.canaries_of gives them for the same deployments.
 
     A pool's step times are those of its replicas' engine shapes (``step_shape``, core.speed.shared_curves):
     the calibrated curve is the mean over every engine of those shapes, and ``step_urls`` names them all, so
@@ -231,144 +238,8 @@ def build_table(deployments: Iterable[Any], default_language: str) -> RoutingTab
     for key, pool in pools.items():
         pool.step_s = {batch: sum(v) / len(v) for batch, v in sorted(points.get(key, {}).items())}
         pool.step_urls = tuple(dict.fromkeys(url for _, shape, url, _ in routable if (shape or url) in shapes[key]))
-    return RoutingTable(pools=sorted(pools.values(), key=lambda p: p.key), default_language=default_language)
-
-
-class RegistrySource:
-    """The production source: ``registry.open_registry(url, create=False)``; opened lazily, reopened after errors.
-
-    The router never creates a registry: a missing one raises `RegistryMissing` (the router then keeps its
-    last table and reports it) until `polyspec registry init` or `polyspec up` makes one. A SQLite file is
-    also watched by identity: an open connection goes on reading, and writing, a file that was deleted or
-    replaced. So once opened, a missing file is `RegistryMissing` too (never re-created empty) and a
-    replaced one (a restored backup) is reopened.
-
-    The refresh and the stats flush call it from two worker threads: opening and dropping are serialised.
-    """
-
-    def __init__(self, url: str | None = None) -> None:
-        self._url = url
-        self._registry: Any = None
-        self._file: RegistryFile | None = None
-        self._lock = threading.Lock()
-        # Calls in flight per open registry. A registry dropped while the other thread still runs a query on
-        # it is closed by the last call to finish, never under it: closing a SQLite connection in use from
-        # another thread crashed the process (a segfault in the CI replica of 2026-12-03, registry locked).
-        self._users: dict[int, int] = {}
-        self._retired: dict[int, Any] = {}
-
-    def _reg(self) -> Any:
-        """The open registry, counted as in use until `_release` (opened on first use)."""
-        with self._lock:
-            registry = self._reg_locked()
-            self._users[id(registry)] = self._users.get(id(registry), 0) + 1
-            return registry
-
-    def _release(self, registry: Any) -> None:
-        with self._lock:
-            left = self._users.pop(id(registry)) - 1
-            if left:
-                self._users[id(registry)] = left
-                return
-            retired = self._retired.pop(id(registry), None)
-        if retired is not None:
-            with contextlib.suppress(Exception):
-                retired.close()
-
-    def _reg_locked(self) -> Any:
-        """The open registry, opening it when needed; the caller holds ``self._lock``."""
-        if self._file is not None:
-            status = self._file.status()
-            if status == "missing":
-                self._drop_locked()
-                from polyspec.registry import RegistryMissing
-
-                raise RegistryMissing(f"registry database {self._file.path} is missing (deleted or moved); "
-                                      "restore it, or create one with `polyspec registry init`")
-            if status == "replaced":
-                self._drop_locked()  # e.g. restored from a backup: read the new file
-        if self._registry is None:
-            from polyspec.registry import open_registry
-
-            self._registry = open_registry(self._url, create=False)
-            self._file = RegistryFile.of(self._url)
-        return self._registry
-
-    def _drop_locked(self) -> None:
-        # ``_file`` stays: a deleted file keeps being reported as deleted, a restored one is reopened.
-        registry, self._registry = self._registry, None
-        if registry is None:
-            return
-        if self._users.get(id(registry)):
-            self._retired[id(registry)] = registry  # closed by its last call (`_release`)
-            return
-        with contextlib.suppress(Exception):
-            registry.close()
-
-    def _call(self, method: str, *args: Any) -> Any:
-        registry = self._reg()
-        try:
-            return getattr(registry, method)(*args)
-        except Exception:
-            with self._lock:
-                if self._registry is registry:
-                    self._drop_locked()  # reconnect next time (e.g. Postgres restarted)
-            raise
-        finally:
-            self._release(registry)
-
-    def deployments(self) -> Sequence[Any]:
-        return self._call("active_deployments")
-
-    def live_stats(self) -> Sequence[LiveRow]:
-        return [to_live_row(row) for row in self._call("live_stats")]
-
-    def record_live_stats(self, router_id: str, rows: Sequence[LiveRow]) -> None:
-        self._call("record_live_stats", router_id, [live_row_dict(r) for r in rows])
-
-
-def _sqlite_path(url: str | None) -> Path | None:
-    """The SQLite file behind a registry URL, None for anything else. Read from the URL, not from the
-    opened engine: a registry opened without create connects through a ``file:...?mode=rw`` URI."""
-    if url is None:
-        from polyspec.core.settings import get_settings
-
-        url = get_settings().resolved_registry_url
-    parsed = make_url(url)
-    database = parsed.database or ""
-    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or parsed.query.get("uri"):
-        return None  # a "file:...?uri=true" name is not a path: not watched
-    return Path(database).expanduser()
-
-
-@dataclass(frozen=True)
-class RegistryFile:
-    """The SQLite file behind a registry URL, as it was when the registry was opened: an open connection
-    goes on reading (and writing) a file that was deleted or replaced, so readers check it before reading."""
-
-    path: Path
-    identity: tuple[int, int]  # (st_dev, st_ino)
-
-    @classmethod
-    def of(cls, url: str | None) -> RegistryFile | None:
-        """None for a registry that is not a SQLite file path, or whose file cannot be read now."""
-        path = _sqlite_path(url)
-        if path is None:
-            return None
-        try:
-            st = path.stat()
-        except OSError:
-            return None
-        return cls(path, (st.st_dev, st.st_ino))
-
-    def status(self) -> str:
-        """"same", "missing" (deleted or moved) or "replaced" (another file at the path, e.g. a restored
-        backup). Another error of the file system is raised."""
-        try:
-            st = self.path.stat()
-        except FileNotFoundError:
-            return "missing"
-        return "same" if (st.st_dev, st.st_ino) == self.identity else "replaced"
+    return RoutingTable(pools=tuple(sorted(pools.values(), key=lambda p: p.key)), default_language=default_language,
+                        canaries=dict(canaries or {}))
 
 
 def live_row_dict(row: LiveRow) -> dict[str, Any]:

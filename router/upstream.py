@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from polyspec.router.config import RouterConfig
 from polyspec.router.engine_http import EngineClient, EngineIOError, EngineStatusError, Response
@@ -75,7 +75,7 @@ class Upstream:
                 self._request_timeouts[url] = timeout
         return timeout
 
-    async def post(self, url: str, payload: bytes, headers: dict[str, str]) -> Response:
+    async def post(self, url: str, payload: bytes, headers: Mapping[str, str] | bytes) -> Response:
         """Send one request, under its engine's read timeout (which also bounds the wait for a free
         connection); the answer's headers are read, its body is not."""
         timeout = self.timeout_for(url)

@@ -21,7 +21,8 @@ from concurrent.futures import Future
 from typing import Any
 
 from polyspec.router.admin.summary import BackendStatus, RegistryData
-from polyspec.router.table import LiveRow, RegistryFile, to_live_row
+from polyspec.router.source import RegistryFile
+from polyspec.router.table import LiveRow, to_live_row
 
 THREAD_NAME = "polyspec-admin-registry"
 

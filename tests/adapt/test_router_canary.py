@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from polyspec.router.canary import CACHE_KEY, apply, canaries_of
+from polyspec.router.canary import apply, canaries_of
 from polyspec.router.table import build_table
 
 
@@ -27,11 +27,10 @@ def test_marks_are_read_and_hostile_ones_ignored() -> None:
 
 
 def test_the_canary_takes_its_share_of_its_language_and_is_last_otherwise() -> None:
-    table = build_table(_deps(), "en")
-    table.cache(CACHE_KEY, canaries_of(_deps()))
+    table = build_table(_deps(), "en", canaries_of(_deps()))
     by = {p.replicas[0].name: p for p in table.pools}
     ranked = [by["plain"], by["cand"], by["en"]]
-    canaries = table.cached(CACHE_KEY)
+    canaries = table.canaries
     assert [p.replicas[0].name for p in apply(ranked, "it", canaries, 0.10)] == ["cand", "plain", "en"]
     assert [p.replicas[0].name for p in apply(ranked, "it", canaries, 0.90)] == ["plain", "en", "cand"]
     assert [p.replicas[0].name for p in apply(ranked, "en", canaries, 0.0)] == ["plain", "en", "cand"]

@@ -167,7 +167,7 @@ def test_hung_registry_never_piles_up_refreshes(fake_replica, registry, registry
     """The registry locked for every reader: callers of refresh (the timer, the admin button) wait one
     bounded period each, and only one refresh runs against the registry until it answers."""
     from polyspec.router.app import create_app
-    from polyspec.router.table import RegistrySource
+    from polyspec.router.source import RegistrySource
 
     monkeypatch.setattr("polyspec.registry.db.BUSY_TIMEOUT_MS", 4000)  # a read blocked 4 s, then an error
 
@@ -243,7 +243,7 @@ def test_a_registry_in_use_is_closed_by_its_last_call_never_under_it(registry, r
     """A failing call (the stats flush on a locked registry) drops the registry while the refresh thread is
     still querying it: the registry is closed when that query ends, not under it (closing a SQLite connection
     in use from another thread crashed the router's process), and the next call opens a fresh one."""
-    from polyspec.router.table import RegistrySource
+    from polyspec.router.source import RegistrySource
 
     entered, leave = threading.Event(), threading.Event()
     opened: list[Any] = []

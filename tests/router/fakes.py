@@ -6,6 +6,7 @@ correctly, at a pace a test controls: the stream a drain or a lost registry is s
 
 - ``crash``: closes the connection after reading the request, before any response byte;
 - ``error500``: answers 500 with an error body;
+- ``reject``: answers 400 with an error body and keeps the connection open (an engine refusing a request);
 - ``hang``: never answers;
 - ``drop``: starts a 200 SSE stream, sends two chunks, then cuts the connection;
 - ``flood``: starts a 200 SSE stream and writes events as fast as the socket takes them, up to
@@ -28,7 +29,7 @@ import threading
 from polyspec.core.ports import free_port
 
 MODEL_ID = "broken-engine-model"
-MODES = ("crash", "error500", "hang", "drop", "flood", "nodone", "slow")
+MODES = ("crash", "error500", "reject", "hang", "drop", "flood", "nodone", "slow")
 FLOOD_BYTES = 512 * 1024 * 1024
 
 
@@ -118,6 +119,10 @@ class BrokenEngine:
                 elif method == "GET" and path == "/v1/models":
                     body = {"object": "list", "data": [{"id": self.model_id, "object": "model"}]}
                     writer.write(_response("200 OK", json.dumps(body).encode()))
+                elif self.mode == "reject":  # answered, and the connection stays open for the next request
+                    self.completion_requests += 1
+                    body = {"error": {"message": "bad request", "type": "BadRequestError", "param": None, "code": 400}}
+                    writer.write(_response("400 Bad Request", json.dumps(body).encode()))
                 else:
                     self.completion_requests += 1
                     await self._fail(reader, writer)

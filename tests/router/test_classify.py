@@ -11,7 +11,8 @@ import pytest
 
 from polyspec.core.domains import detect_domain
 from polyspec.router.body import prompt_text
-from polyspec.router.classify import classify, pop_router_fields, upstream_headers
+from polyspec.router.classify import classify, pop_router_fields
+from polyspec.router.job import forwarded_headers
 from polyspec.router.errors import BadRequest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,9 +60,10 @@ def test_pins_threshold_and_completions_prompt():
 def test_router_fields_and_headers_are_removed():
     body = {"model": "m", "polyspec": {"language": "fr"}, "messages": []}
     assert pop_router_fields(body) == {"language": "fr"} and "polyspec" not in body
-    kept = upstream_headers({"Authorization": "Bearer k", "X-Polyspec-Language": "fr", "Host": "h",
-                             "Content-Length": "3", "content-type": "text/plain", "X-Request-Id": "r"})
-    assert kept == {"Authorization": "Bearer k", "X-Request-Id": "r", "Content-Type": "application/json"}
+    kept = forwarded_headers({"Authorization": "Bearer k", "X-Polyspec-Language": "fr", "Host": "h",
+                              "Content-Length": "3", "content-type": "text/plain", "X-Request-Id": "r",
+                              "Accept-Encoding": "gzip", "Connection": "close", "TE": "trailers", "X-Bad": "a\r\nb: c"})
+    assert kept == b"Authorization: Bearer k\r\nX-Request-Id: r\r\nContent-Type: application/json\r\n"
     with pytest.raises(BadRequest):
         prompt_text({"messages": ["not an object"]}, "chat")
     with pytest.raises(BadRequest):

@@ -143,7 +143,7 @@ def test_registry_source_never_recreates_a_deleted_sqlite_file(registry, registr
     from contextlib import closing
     from pathlib import Path
 
-    from polyspec.router.table import RegistrySource
+    from polyspec.router.source import RegistrySource
 
     registry.deploy(None, name="en-1", url="http://127.0.0.1:9", languages=["en"], default=True)
     path = Path(registry_url.removeprefix("sqlite:///"))

@@ -139,3 +139,20 @@ def test_slow_stream_reader_is_back_pressured_and_released(registry, registry_ur
             statuses = rt.snapshot()["statuses"]
         assert statuses.get("client_disconnected") == 7  # 6 partial reads in _other_requests + the slow one
         assert set(statuses) == {"client_disconnected"}
+
+
+def test_refused_requests_give_their_engine_connection_back(registry, registry_url):
+    """An engine's 4xx answer is passed on to the client, streamed request or not, and its connection goes
+    back to the pool: with one connection per engine, every request of a series is answered at once (a
+    connection kept by an answered request would leave the next ones waiting for a slot until they time out)."""
+    with BrokenEngine("reject") as fake:
+        registry.deploy(None, name="strict", url=fake.url, languages=["en"], default=True)
+        with serve_router(registry_url, fail_threshold=100, max_connections=1, read_timeout_s=5) as router:
+            for stream in (True, False, True, True, False):
+                body = {**STREAM_BODY, "stream": stream}
+                started = time.perf_counter()
+                err = openai_error(httpx.post(f"{router.url}/v1/chat/completions", json=body, timeout=30), 400)
+                assert err["message"] == "bad request" and time.perf_counter() - started < 4
+            assert wait_for(lambda: router.runtime.backends.in_flight(fake.url) == 0, 10)
+            assert router.runtime.snapshot()["statuses"] == {"http_400": 5}
+    assert fake.completion_requests == 5

@@ -78,7 +78,8 @@ def test_requests_go_only_to_engines_serving_their_model(two_models, registry_ur
 
 def test_model_filter_keeps_the_language_order_and_skips_other_models(registry_url, two_models):
     from polyspec.router.policy import candidate_pools, plan_attempts
-    from polyspec.router.table import RegistrySource, build_table
+    from polyspec.router.source import RegistrySource
+    from polyspec.router.table import build_table
 
     a, b = two_models
     table = build_table(RegistrySource(registry_url).deployments(), "en")
@@ -131,7 +132,7 @@ def _job(source: str = "langid", stream: bool = False):
     replica = Replica("r", "http://127.0.0.1:9")
     target = Target(Pool("draft@1", ("en",), "general", True, {}, [replica]), replica)
     decision = Decision("en", 0.2 if source == "fallback" else 0.9, "fr", "general", source, "text")
-    return Job("chat", decision, [target], {}, True, True, {}, stream, False, time.perf_counter()), target
+    return Job("chat", decision, [target], {}, True, True, b"", stream, False, time.perf_counter()), target
 
 
 def test_acceptance_of_uncertain_prompts_goes_to_the_und_key(registry_url):
@@ -170,7 +171,7 @@ class _StalledStream:
 @pytest.mark.parametrize("client_leaves", ["after-done", "before-done"])
 def test_a_client_leaving_right_after_done_was_served_in_full(registry_url, client_leaves):
     """The openai client hangs up as soon as it reads [DONE]; the engine's end of stream may come later."""
-    from polyspec.router.stream import _relay
+    from polyspec.router.stream import relay as _relay
 
     async def scenario() -> tuple:
         rt = _runtime(registry_url)
@@ -199,7 +200,7 @@ def test_a_client_leaving_right_after_done_was_served_in_full(registry_url, clie
 
 
 def test_a_relay_cut_by_an_unforeseen_error_is_counted_once_as_router_error(registry_url):
-    from polyspec.router.stream import _relay
+    from polyspec.router.stream import relay as _relay
 
     async def scenario() -> Telemetry:
         rt = _runtime(registry_url)

@@ -8,7 +8,8 @@ import pytest
 
 from polyspec.router.backends import Backends
 from polyspec.router.policy import blended_mal, candidate_pools, plan_attempts
-from polyspec.router.table import RegistrySource, build_table
+from polyspec.router.source import RegistrySource
+from polyspec.router.table import build_table
 from polyspec.router.telemetry import merge_rows
 from tests.router.conftest import add_draft, router_config
 

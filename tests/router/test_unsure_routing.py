@@ -12,7 +12,7 @@ from polyspec.router.classify import classify
 from polyspec.router.config import RouterConfig
 from polyspec.router.routing import route, unsure_pools
 from polyspec.router.runtime import RouterRuntime
-from polyspec.router.table import build_table
+from polyspec.router.table import MEMO_LIMIT, build_table
 
 AMBIGUOUS = "Completa la"  # Spanish and Italian both write it: es at 0.22 over {en, es, it, ...}, it close behind
 SERVED = ["en", "es", "it", "de", "fr"]
@@ -79,4 +79,4 @@ def test_hostile_labels_are_bounded_by_the_cache() -> None:
     table = build_table(fleet(), "en")
     for i in range(5000):
         unsure_pools(table, (f"x{i}",), "general")
-    assert len(table.cached("unsure_pools")) <= 4096
+    assert len(table.memo.unsure) <= MEMO_LIMIT == 4096

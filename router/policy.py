@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Protocol
 
 from polyspec.core.acceptance import mean_acceptance_length
@@ -54,43 +55,54 @@ def blended_mal(pool: Pool, language: str, domain: str, live: LiveLookup, prior_
     return (prior_steps * offline + n * live_mal) / (prior_steps + n)
 
 
-def _ranked(pools: Sequence[Pool], language: str, domain: str, live: LiveLookup, prior_steps: int) -> list[Pool]:
-    def key(pool: Pool) -> tuple[int, float, str]:
-        score = blended_mal(pool, language, domain, live, prior_steps)
-        return (0 if score is not None else 1, -(score or 0.0), pool.key)
-
-    return sorted(pools, key=key)
-
-
 def _serves_any(pool: Pool, serving: Collection[str]) -> bool:
     return any(r.url in serving for r in pool.replicas)
 
 
-def candidate_pools(
+# A pool's place in the MAL order, as a sort key: (its first tier, 0 if it has a score else 1, -score, its key).
+Place = tuple[int, int, float, str]
+Places = dict[str, tuple[Place, Pool]]  # pool key -> (place, pool), in the order the tiers name them
+
+
+def mal_places(
     table: RoutingTable, language: str, domain: str, live: LiveLookup, prior_steps: int,
     serving: Collection[str] | None = None,
-) -> list[Pool]:
-    """Pools in fallback order: (language, domain) -> (language, general) -> default.
+) -> Places:
+    """The MAL policy's candidates with their places in its order, unsorted: `mal_order` sorts them, and the
+    speed policy sorts them once, by its own key first (router.speed.rank_places). Tiers: (language, domain)
+    -> (language, general) -> default; a pool named by several tiers keeps its first.
 
-    ``serving``: URLs of the replicas serving the requested model; None means any replica will do.
+    ``serving``: URLs of the replicas serving the requested model; None means any replica will do. Every
+    tier keeps only pools with such replicas, and any other pool with some comes last.
     """
     tiers: list[Sequence[Pool]] = [table.pools_for(language, domain)]
     if domain != GENERAL:
         tiers.append(table.pools_for(language, GENERAL))
     tiers.append(table.default_pools)
     if serving is not None:
-        tiers = [[p for p in tier if _serves_any(p, serving)] for tier in tiers]
-        tiers.append([p for p in table.pools if _serves_any(p, serving)])
-    ordered: list[Pool] = []
-    for tier in tiers:
-        ordered.extend(_ranked(tier, language, domain, live, prior_steps))
-    seen: set[str] = set()
-    unique = []
-    for pool in ordered:
-        if pool.key not in seen:
-            seen.add(pool.key)
-            unique.append(pool)
-    return unique
+        tiers.append(table.pools)
+    places: Places = {}
+    for tier, pools in enumerate(tiers):
+        for pool in pools:
+            if pool.key in places or (serving is not None and not _serves_any(pool, serving)):
+                continue
+            score = blended_mal(pool, language, domain, live, prior_steps)
+            places[pool.key] = ((tier, 0 if score is not None else 1, -(score or 0.0), pool.key), pool)
+    return places
+
+
+def mal_order(places: Places) -> list[Pool]:
+    """The candidates of `mal_places` in the MAL policy's order."""
+    return [pool for _, pool in sorted(places.values(), key=itemgetter(0))]
+
+
+def candidate_pools(
+    table: RoutingTable, language: str, domain: str, live: LiveLookup, prior_steps: int,
+    serving: Collection[str] | None = None,
+) -> list[Pool]:
+    """Pools in fallback order: (language, domain) -> (language, general) -> default, each tier by blended
+    MAL (`mal_places` says more)."""
+    return mal_order(mal_places(table, language, domain, live, prior_steps, serving))
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ from polyspec.router import canary
 from polyspec.router.body import Body, decode_body, field
 from polyspec.router.classify import Decision, classify_for, pop_router_fields
 from polyspec.router.errors import BadRequest, ModelNotFound, NoBackend
-from polyspec.router.policy import GENERAL, Target, candidate_pools, plan_attempts
-from polyspec.router.speed import Ranking, SpeedInputs, extra_pools, rank
+from polyspec.router.policy import GENERAL, Target, mal_order, mal_places, plan_attempts
+from polyspec.router.speed import Ranking, SpeedInputs, extra_pools, rank, rank_places
 from polyspec.router.table import MEMO_LIMIT, Pool, RoutingTable
 
 if TYPE_CHECKING:
@@ -67,20 +67,22 @@ def route(rt: RouterRuntime, raw: bytes, headers: dict[str, str], kind: str,
     serving = serving_of(rt, field(body, "model"))
     decision = classify_for(table, body, kind, headers, pins, c.language_threshold, c.langid_max_chars)
     live = rt.telemetry.live_lookup()
-    pools = candidate_pools(table, decision.language, decision.domain, live, c.prior_spec_steps, serving)
+    places = mal_places(table, decision.language, decision.domain, live, c.prior_spec_steps, serving)
     ranking = None
     covering = unsure_pools(table, decision.likely, decision.domain, serving) if decision.likely else []
     if c.policy == "speed":
         inputs = SpeedInputs(live, rt.live_steps, rt.explorer, rt.backends.in_flight, rt.backends.is_healthy,
                              c.prior_spec_steps, c.prior_step_requests, c.speed_confidence_z)
-        memo = table.memo.speed
         if covering:  # ranked among themselves, for the likeliest label
-            ranking = rank(covering, [], decision.likely[0], decision.domain, inputs, memo)
+            ranking = rank(covering, [], decision.likely[0], decision.domain, inputs, table.memo.speed)
             covering = [cand.pool for cand in ranking.candidates] or covering
-        else:
+            pools = mal_order(places)
+        else:  # one sort: by speed, ties in the MAL order
             extra = extra_pools(table, decision.language, decision.domain, live, serving)
-            ranking = rank(pools, extra, decision.language, decision.domain, inputs, memo)
+            ranking = rank_places(places, extra, decision.language, decision.domain, inputs, table.memo.speed)
             pools = [cand.pool for cand in ranking.candidates]
+    else:
+        pools = mal_order(places)
     if covering:  # the usual order follows, for failover
         keys = {p.key for p in covering}
         pools = covering + [p for p in pools if p.key not in keys]

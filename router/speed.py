@@ -186,25 +186,39 @@ def candidate(pool: Pool, language: str, domain: str, inputs: SpeedInputs,
 
 def rank(pools_mal_order: list[Pool], extra: list[Pool], language: str, domain: str, inputs: SpeedInputs,
          memo: SpeedMemo | None = None) -> Ranking:
-    """``pools_mal_order``: the MAL policy's order (router.policy.candidate_pools); ``extra``: the other
-    pools that may serve the request (``extra_pools``). ``memo``: the routing table's (``table.memo.speed``)."""
-    seen = {p.key for p in pools_mal_order}
-    pools = pools_mal_order + [p for p in extra if p.key not in seen]
+    """``pools_mal_order``: the MAL policy's candidates in its order (router.policy.candidate_pools); ``extra``:
+    the other pools that may serve the request (``extra_pools``). ``memo``: the routing table's
+    (``table.memo.speed``)."""
+    places: dict[str, tuple[tuple[int], Pool]] = {}
+    for i, pool in enumerate(pools_mal_order):
+        places.setdefault(pool.key, ((i,), pool))
+    return rank_places(places, extra, language, domain, inputs, memo)
+
+
+def rank_places(places: Mapping[str, tuple[Any, Pool]], extra: list[Pool], language: str, domain: str,
+                inputs: SpeedInputs, memo: SpeedMemo | None = None) -> Ranking:
+    """`rank` of the MAL policy's candidates as router.policy.mal_places gives them: unsorted, each with its
+    place in that policy's order. The pools are sorted once, by predicted speed, ties in the MAL order."""
+    pools = [pool for _, pool in places.values()] + [p for p in extra if p.key not in places]
     if not pools:
         return Ranking([], "no_candidate")
     memo = {} if memo is None else memo
     scored = [candidate(p, language, domain, inputs, memo) for p in pools]
+    tiered = scored[:len(places)]  # the MAL policy's candidates; the extra pools follow, in their order
     if any(c.lower_tps is None for c in scored):
         # A candidate without a step time (never calibrated, never measured) cannot be compared: a pool
         # measured live would always beat the language's own uncalibrated pool. So the MAL order stands,
         # exactly as before (pools no tier names are left out), until every candidate has a step time.
-        return Ranking([c for c in scored if c.pool.key in seen], "no_speed_model")
+        return Ranking(sorted(tiered, key=lambda c: places[c.pool.key][0]), "no_speed_model")
     # The MAL policy's first pool (the language's own draft, or the default) is the incumbent and is judged
     # by its point estimate; every other pool by its lower bound. A pool with little evidence thus neither
     # wins nor loses on luck: a new draft serving its own language keeps its traffic until another pool is
     # surely faster, and a measured alternative (no speculation, say) takes over once it is.
-    incumbent = scored[0].pool.key if scored[0].pool.key in seen else None
-    order = sorted(scored, key=lambda c: -((c.tps if c.pool.key == incumbent else c.lower_tps) or 0.0))
+    incumbent = min(tiered, key=lambda c: places[c.pool.key][0]).pool.key if tiered else None
+    after = {c.pool.key: (0, places[c.pool.key][0]) for c in tiered}  # ties: the MAL order, then the extras'
+    after.update((c.pool.key, (1, i)) for i, c in enumerate(scored[len(places):]))
+    order = sorted(scored, key=lambda c: (-((c.tps if c.pool.key == incumbent else c.lower_tps) or 0.0),
+                                          after[c.pool.key]))
     if len(order) > 1 and inputs.explorer.tick(language, domain):
         others = order[1:]
         pick = min(others, key=lambda c: (c.samples if c.step_s is not None else -1.0, others.index(c)))

@@ -302,3 +302,68 @@ def test_engines_of_one_shape_share_one_step_time_calibrated_and_live() -> None:
     live = ranked("fr", table, steps=steps)
     assert [c.step_s for c in live.candidates] == [pytest.approx((20 * 0.0895 + 20 * 0.12) / 40)] * 2
     assert live.chosen.step_source == "calibrated+live"  # type: ignore[union-attr]
+
+
+def _two_sorts(table: Any, language: str, domain: str, live: dict, extra: list, speed: SpeedInputs) -> list[str]:
+    """The ranking as it was computed before `rank_places`: each tier sorted by blended MAL, duplicates
+    dropped, then the speed order sorted (stably) from that order, the first pool judged by its point estimate."""
+    from polyspec.router.policy import GENERAL, blended_mal
+    from polyspec.router.speed import candidate
+
+    tiers = [table.pools_for(language, domain)] + ([table.pools_for(language, GENERAL)] if domain != GENERAL else [])
+    ordered: list = []
+    for tier in [*tiers, table.default_pools]:
+        ordered += sorted(tier, key=lambda p: ((s := blended_mal(p, language, domain, live, 50)) is None,
+                                               -(s or 0.0), p.key))
+    mal = list({p.key: p for p in ordered}.values())  # each pool at its first occurrence
+    seen = {p.key for p in mal}
+    scored = [candidate(p, language, domain, speed) for p in mal + [p for p in extra if p.key not in seen]]
+    if any(c.lower_tps is None for c in scored):
+        return [c.pool.key for c in scored if c.pool.key in seen]
+    first = scored[0].pool.key if mal else None
+    order = sorted(scored, key=lambda c: -((c.tps if c.pool.key == first else c.lower_tps) or 0.0))
+    if len(order) > 1 and speed.explorer.tick(language, domain):
+        others = order[1:]
+        pick = min(others, key=lambda c: (c.samples if c.step_s is not None else -1.0, others.index(c)))
+        order.remove(pick)
+        order.insert(0, pick)
+    return [c.pool.key for c in order]
+
+
+def test_one_sort_ranks_as_the_mal_order_then_the_speed_order_did() -> None:
+    """Random fleets with ties (equal step times and figures), several tiers, live counts and load: sorting
+    once by speed with ties in the MAL order gives the order the two sorts gave, exploration included."""
+    import random
+
+    from polyspec.router.policy import mal_places
+    from polyspec.router.speed import rank_places
+
+    rng = random.Random(7)
+    for _ in range(300):
+        deps = []
+        for i in range(rng.randint(1, 7)):
+            draft = rng.choice([None, "a@1", "b@1", "c@1"])
+            langs = sorted(rng.sample(["en", "fr", "de"], rng.randint(1, 2)))
+            rates = {lang: [rng.choice([0.5, 0.3])] * 3 for lang in rng.sample(["en", "fr", "de", "it"], 2)}
+            deps.append({"name": f"e{i}", "url": f"http://e{i}:8000", "draft": draft, "languages": langs,
+                         "domain": rng.choice(["general", "code"]), "is_default": rng.random() < 0.3,
+                         "k": 3 if draft else None, "offline_acceptance": rates if draft else {},
+                         "offline_mal": {k: 1 + sum(v) for k, v in rates.items()} if draft else {},
+                         "step_s": rng.choice([{1: 0.08}, {1: 0.08}, {1: 0.05}, {}])})
+        table = build_table(deps, "en")
+        language, domain = rng.choice(["en", "fr", "de", "it"]), rng.choice(["general", "code"])
+        live = {(language, domain, p.draft): SpecCounts(requests=5, num_spec_steps=rng.choice([0, 40]),
+                                                         num_accepted_tokens=rng.choice([0, 30]))
+                for p in table.pools if rng.random() < 0.5}
+        flights = {d["url"]: rng.choice([0, 0, 2]) for d in deps}
+        extra = extra_pools(table, language, domain, live, None)
+        share = rng.choice([0.0, 0.5])
+
+        def speed(share: float = share) -> SpeedInputs:
+            return SpeedInputs(live, LiveSteps(), Explorer(share), lambda u: flights[u], lambda u: True, 50, 20, 1.64)
+
+        old_inputs, new_inputs = speed(), speed()
+        for _ in range(2):  # twice: the second call of an explorer at share 0.5 explores
+            expected = _two_sorts(table, language, domain, live, extra, old_inputs)
+            got = rank_places(mal_places(table, language, domain, live, 50), extra, language, domain, new_inputs)
+            assert [c.pool.key for c in got.candidates] == expected

@@ -5,7 +5,7 @@ Two measurements, side by side in one run:
 1. **Pre-routing work per body, in process.** For each hostile shape at 40 KB, 1 MB (the default body
    limit) and 4 MB (a raised one): the router's own work before it contacts an engine, which runs on the
    event loop —
-   decode (router.body), pins, classification (language ID and domain), re-encoding. Median and
+   decode (router.edge.body), pins, classification (language ID and domain), re-encoding. Median and
    maximum of ``--repeats`` runs, and milliseconds per MB.
 2. **/health under attack, served.** `polyspec serve` in front of the fake backend; /health latency is
    sampled in alternating rounds, idle and while two clients send hostile bodies (up to the 1 MB limit)
@@ -63,8 +63,8 @@ def shapes(size: int) -> dict[str, bytes]:
 
 def prerouting_ms(raw: bytes) -> float:
     """The router's work on one body before any engine is contacted (proxy.prepare without telemetry)."""
-    from polyspec.router.body import decode_body, encode_body, field
-    from polyspec.router.classify import classify, pop_router_fields
+    from polyspec.router.edge.body import decode_body, encode_body, field
+    from polyspec.router.decision.classify import classify, pop_router_fields
 
     t0 = time.perf_counter()
     body, strict = decode_body(raw)

@@ -33,7 +33,8 @@ from bench.router_overhead import baseline_tree  # noqa: E402
 from bench.servers import SERVED_LANGUAGES, make_registry, start_backend  # noqa: E402
 
 console = Console(width=150)
-HOT = ("router/routing", "router/classify", "router/body", "router/policy", "router/speed", "router/job",
+HOT = ("router/decision/routing", "router/decision/classify", "router/edge/body", "router/decision/policy",
+       "router/decision/speed", "router/engine/job",
        "router/telemetry", "core/counters", "core/domains", "core/langid_script", "core/langid", "core/acceptance")
 STRUCTS = "router/_structs.py"  # where the Structs go: a module mypyc is not given
 _STRUCT = re.compile(r"^class (\w+)\(msgspec\.Struct\):\n(?:(?:    .*)?\n)+?(?=\n\n\S)", re.M)
@@ -62,7 +63,7 @@ def move_structs(pkg: Path) -> list[str]:
 # the repository's own polyspec/ folder would otherwise shadow the tree on PYTHONPATH.
 _DIGEST = """
 import hashlib, json, sys
-import polyspec.router.routing as routing
+import polyspec.router.decision.routing as routing
 sys.path.append(sys.argv[2])
 from bench.router_budget import _runtime
 from bench.router_overhead import request_bodies

@@ -19,13 +19,13 @@ CATEGORIES = {
     "domain detection (core/domains.py)": ("core/domains.py",),
     "fastText predict": ("fasttext/",),
     "langid text cleaning (regex)": ("clean_for_langid",),
-    "router classify (router/classify.py)": ("router/classify.py",),
-    "router proxy (router/proxy.py)": ("router/proxy.py",),
-    "router ASGI path, SSE relay, bookkeeping (router/asgi.py, stream.py, job.py)": (
-        "router/asgi.py", "router/stream.py", "router/job.py"),
+    "router classify (router/decision/classify.py)": ("router/decision/classify.py",),
+    "router proxy (router/engine/proxy.py)": ("router/engine/proxy.py",),
+    "router ASGI path, SSE relay, bookkeeping (router/edge/asgi.py, router/engine/stream.py, job.py)": (
+        "router/edge/asgi.py", "router/engine/stream.py", "router/engine/job.py"),
     "router telemetry (router/telemetry.py)": ("router/telemetry.py",),
     "prometheus_client": ("prometheus_client/",),
-    "upstream client (router/engine_http.py; aiohttp, httpx before)": ("router/engine_http.py", "aiohttp/", "httpx/", "httpcore/"),
+    "upstream client (router/engine/engine_http.py; aiohttp, httpx before)": ("router/engine/engine_http.py", "aiohttp/", "httpx/", "httpcore/"),
     "starlette/fastapi": ("starlette/", "fastapi/"),
     "uvicorn protocol": ("uvicorn/protocols",),
     "json encode/decode": ("json/",),

@@ -1,9 +1,9 @@
 """The Python floor of a router: a benchmark backend, never a product part.
 
 The same HTTP server as `polyspec serve` (uvicorn with httptools and uvloop, no access log, no proxy
-headers) in front of the same upstream client (router.engine_http, a keep-alive pool per engine), and nothing
+headers) in front of the same upstream client (router.engine.engine_http, a keep-alive pool per engine), and nothing
 else: no language ID, no policy, no telemetry, no header checks. A POST to /v1/... is forwarded to the
-backend as it came and the answer relayed (a stream read by read, as `router.stream` relays it).
+backend as it came and the answer relayed (a stream read by read, as `router.engine.stream` relays it).
 
 bench/router_overhead.py runs it as the ``python_floor`` system, beside polyspec and vllm-router in one
 run: what it costs per request is what any router built on this stack pays before doing anything, so
@@ -28,7 +28,7 @@ from typing import Any
 
 import uvicorn
 
-from polyspec.router.engine_http import EngineClient
+from polyspec.router.engine.engine_http import EngineClient
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]

@@ -115,10 +115,10 @@ def _runtime(registry: str) -> Any:
 
 def measure(rt: Any, bodies: list[dict[str, Any]], response: bytes, repeats: int) -> dict[str, list[float]]:
     from polyspec.core import langid
-    from polyspec.router.asgi import content_type
-    from polyspec.router.job import completion_telemetry, payload, record, router_headers
-    from polyspec.router.proxy import prepare
-    from polyspec.router.routing import route
+    from polyspec.router.edge.asgi import content_type
+    from polyspec.router.engine.job import completion_telemetry, payload, record, router_headers
+    from polyspec.router.engine.proxy import prepare
+    from polyspec.router.decision.routing import route
 
     raws = [json.dumps(b).encode() for b in bodies]
     headers = {"content-type": "application/json", "content-length": "0"}
@@ -157,8 +157,8 @@ def measure(rt: Any, bodies: list[dict[str, Any]], response: bytes, repeats: int
 
 
 def _scope(raw: bytes) -> dict[str, Any]:
-    """What the router's own server hands the app for a POST (router.asgi.ConnectionHook included)."""
-    from polyspec.router.asgi import HOOK_KEY, ConnectionHook
+    """What the router's own server hands the app for a POST (router.edge.asgi.ConnectionHook included)."""
+    from polyspec.router.edge.asgi import HOOK_KEY, ConnectionHook
 
     hook = ConnectionHook()
     hook.body_complete = True
@@ -228,8 +228,8 @@ class _GcPauses:
 
 # Functions timed inside the app (module, attribute, label): the same code as the tight-loop stages, run
 # interleaved with the event loop, the upstream client and the other stages, as under traffic.
-INSIDE = (("polyspec.core.langid", "_fasttext", "fasttext_read"), ("polyspec.router.proxy", "route", "route"),
-          ("polyspec.router.proxy", "record", "response_record"))
+INSIDE = (("polyspec.core.langid", "_fasttext", "fasttext_read"), ("polyspec.router.engine.proxy", "route", "route"),
+          ("polyspec.router.engine.proxy", "record", "response_record"))
 
 
 class _Timers:

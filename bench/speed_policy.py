@@ -9,7 +9,7 @@ over its own copy of the registry) share the engines:
 - ``no_spec``       every language -> the engine without speculation;
 - ``mal_policy``    POLYSPEC_ROUTER_POLICY=mal: the pool whose draft has the best mean acceptance length
                     (the language's draft; Italian falls to the default pool, the English draft);
-- ``speed_policy``  POLYSPEC_ROUTER_POLICY=speed: the highest predicted tokens/s (router.speed), the
+- ``speed_policy``  POLYSPEC_ROUTER_POLICY=speed: the highest predicted tokens/s (router.decision.speed), the
                     engine without speculation included.
 
 Each MT-Bench first turn of each language goes to the three routers, one request at a time, greedy, in an
@@ -286,7 +286,7 @@ def engine_steps(rows: list[dict[str, Any]], calibration: list[dict[str, Any]]) 
     live: dict[str, list[float]] = {}
     for r in rows:
         steps = r["spec_steps"] if r["backend"] != "plain" else r["tokens"]
-        if r["ok"] and steps >= 4:  # router.speed.MIN_STEPS: fewer steps are mostly prefill
+        if r["ok"] and steps >= 4:  # router.decision.speed.MIN_STEPS: fewer steps are mostly prefill
             live.setdefault(r["backend"], []).append(r["seconds"] / steps)
     curves = {cal["deployment"]: {p["batch_size"]: p["step_s"] for p in cal.get("points") or []} for cal in calibration}
     shared = shared_curves({cal["deployment"]: (cal.get("shape"), curves[cal["deployment"]]) for cal in calibration})

@@ -92,7 +92,7 @@ def blend_acceptance(
     live_per_pos: Sequence[int] = (), live_steps: int = 0, live_requests: int = 0,
 ) -> AcceptanceEstimate | None:
     """Offline rates count as ``prior_steps`` steps of evidence; live steps take over as they accumulate
-    (the same weighting as the MAL blend of router.policy). None when there is neither."""
+    (the same weighting as the MAL blend of router.decision.policy). None when there is neither."""
     live = [n / live_steps for n in live_per_pos] if live_steps > 0 else None
     if offline is None and live is None:
         return None

@@ -24,10 +24,10 @@ from starlette.routing import Route
 
 from polyspec.router import admin
 from polyspec.router.admin.auth import host_in, host_list, is_loopback_bind
-from polyspec.router.asgi import HOT_PATHS, Endpoint, HostGuard, HotPath, Receive, Scope, Send
+from polyspec.router.edge.asgi import HOT_PATHS, Endpoint, HostGuard, HotPath, Receive, Scope, Send
 from polyspec.router.config import RouterConfig
 from polyspec.router.errors import RouterError, error_body
-from polyspec.router.proxy import serve_completion
+from polyspec.router.engine.proxy import serve_completion
 from polyspec.router.runtime import RouterRuntime
 from polyspec.router.source import TableSource
 
@@ -56,7 +56,7 @@ def create_app(
     _install_routes(app, runtime)
     if config.cors_allow_origins:  # added after HotPath, so outside it; none at all when off (no cost)
         app.add_middleware(ApiCors, origins=config.cors_allow_origins)
-    app.state.admin_mounted = mount_admin  # router.server refuses to serve an exposed admin without a token
+    app.state.admin_mounted = mount_admin  # router.edge.server refuses to serve an exposed admin without a token
     if mount_admin:
         admin.mount(app, runtime)
     _guard_hosts(app, runtime)
@@ -64,7 +64,7 @@ def create_app(
 
 
 def _guard_hosts(app: FastAPI, runtime: RouterRuntime) -> None:
-    """On a loopback listen address, every route checks Host (router.asgi.HostGuard); added last, so outermost."""
+    """On a loopback listen address, every route checks Host (router.edge.asgi.HostGuard); added last, so outermost."""
     config = runtime.config
     if not is_loopback_bind(config.host):
         return

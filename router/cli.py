@@ -17,12 +17,12 @@ from polyspec.core.cli import PolyspecTyper
 from polyspec.core.errors import InvalidInput
 from polyspec.core.settings import get_settings
 from polyspec.router.app import create_app
-from polyspec.router.body import decode_body
+from polyspec.router.edge.body import decode_body
 from polyspec.router.config import RouterConfig
 from polyspec.router.errors import BadRequest
 from polyspec.router.explain import (decide, endpoint_of, load_runtime, parse_headers, probe_replicas, read_limited,
                                      render)
-from polyspec.router.server import build_server
+from polyspec.router.edge.server import build_server
 
 route = PolyspecTyper(name="route", help="Inspect routing decisions.", no_args_is_help=True)
 
@@ -41,7 +41,7 @@ def serve(
 
     With the admin exposed (--host beyond loopback, or POLYSPEC_ROUTER_TRUSTED_PROXIES set), it refuses to
     start without POLYSPEC_ADMIN_TOKEN. SIGTERM (or Ctrl-C) drains: /ready answers 503 at once, in-flight requests may finish within
-    POLYSPEC_ROUTER_DRAIN_GRACE_S, and streams still open then end with an error event (router.server).
+    POLYSPEC_ROUTER_DRAIN_GRACE_S, and streams still open then end with an error event (router.edge.server).
     """
     overrides: dict[str, Any] = {"host": host, "port": port, "registry_url": registry, "language_threshold": threshold,
                  "capture": capture, "router_id": router_id}

@@ -49,7 +49,7 @@ class RouterConfig(BaseSettings):
     policy: Literal["speed", "mal"] = Field(
         default="speed",
         description="speed: the pool with the highest predicted tokens/s, speculation-free pools included "
-        "(router.speed, docs/speed.md; bench/speed_policy.py measures it against mal); mal: the pool whose draft "
+        "(router.decision.speed, docs/speed.md; bench/speed_policy.py measures it against mal); mal: the pool whose draft "
         "has the best mean acceptance length, as before the speed policy.",
     )
     explore_share: float = Field(

@@ -2,7 +2,7 @@
 
 It reads an OpenAI request body on stdin (and headers given with ``--header``), loads the registry the way
 a freshly started router does (routing table from the active deployments, live acceptance from every
-router's shared stats), then runs the router's own decision, ``router.routing.route`` (what
+router's shared stats), then runs the router's own decision, ``router.decision.routing.route`` (what
 ``proxy.prepare`` runs: decoding, pins, the model filter, classification, pool ranking, replica order).
 Nothing here re-implements a routing rule, so explain cannot disagree with the router; when a rule
 changes (pin normalisation, say), explain follows.
@@ -25,12 +25,12 @@ from polyspec.core.acceptance import mean_acceptance_length
 from polyspec.core.console import console
 from polyspec.core.errors import InvalidInput
 from polyspec.registry import open_registry
-from polyspec.router.body import field as body_field
-from polyspec.router.classify import Decision
+from polyspec.router.edge.body import field as body_field
+from polyspec.router.decision.classify import Decision
 from polyspec.router.config import RouterConfig
 from polyspec.router.errors import BadRequest, NoBackend, RouterError
-from polyspec.router.policy import GENERAL, Target, blended_mal
-from polyspec.router.routing import model_filter, route
+from polyspec.router.decision.policy import GENERAL, Target, blended_mal
+from polyspec.router.decision.routing import model_filter, route
 from polyspec.router.runtime import RouterRuntime
 from polyspec.router.table import Pool, RoutingTable, build_table, to_live_row
 from polyspec.router.telemetry import merge_rows
@@ -53,9 +53,9 @@ class PoolFigures:
     offline_mal: float | None
     live_mal: float | None
     live_spec_steps: int
-    blended_mal: float | None  # router.policy.blended_mal: the figure the MAL policy ranks by
+    blended_mal: float | None  # router.decision.policy.blended_mal: the figure the MAL policy ranks by
     replicas: list[dict[str, Any]]
-    speed: dict[str, Any] | None = None  # router.speed.Candidate.to_json(): what the speed policy ranks by
+    speed: dict[str, Any] | None = None  # router.decision.speed.Candidate.to_json(): what the speed policy ranks by
 
 
 @dataclass
@@ -175,7 +175,7 @@ def _figures(rt: RouterRuntime, pools: list[Pool], d: Decision, serving: frozens
 
 
 def decide(rt: RouterRuntime, raw: bytes, headers: dict[str, str], kind: str, probed: bool) -> Explanation:
-    """Run the router's own decision (`router.routing.route`, what proxy.prepare runs) on one request body and
+    """Run the router's own decision (`router.decision.routing.route`, what proxy.prepare runs) on one request body and
     explain the outcome. A request the router answers 400 raises its BadRequest."""
     notes: list[str] = []
     refused: list[RouterError] = []

@@ -12,11 +12,11 @@ import anyio
 
 from polyspec.core.langid import LabelSet, warm_up
 from polyspec.registry.errors import RegistryMissing
-from polyspec.router.backends import Backends
+from polyspec.router.engine.backends import Backends
 from polyspec.router.capture import PromptCapture
 from polyspec.router.config import RouterConfig
-from polyspec.router.speed import Explorer, LiveSteps
-from polyspec.router.canary import canaries_of
+from polyspec.router.decision.speed import Explorer, LiveSteps
+from polyspec.router.decision.canary import canaries_of
 from polyspec.router.source import RegistrySource, TableSource
 from polyspec.router.table import RoutingTable, build_table
 from polyspec.router.telemetry import Telemetry, merge_rows
@@ -44,13 +44,13 @@ class RouterRuntime:
         self.table = RoutingTable(pools=(), default_language=self.default_language)
         self.backends = Backends(config)
         self.telemetry = Telemetry(config.router_id)
-        self.live_steps = LiveSteps()  # step times measured on each replica (router.speed)
+        self.live_steps = LiveSteps()  # step times measured on each replica (router.decision.speed)
         self.explorer = Explorer(config.explore_share)
         self.capture = PromptCapture.from_config(config, metrics=self.telemetry.metrics) if config.capture else None
         self.last_refresh: float | None = None
         self.last_refresh_error: str | None = None
         self.registry_problem: str | None = None  # a lost or emptied registry: not ready, with this reason
-        self.draining = False  # SIGTERM came: not ready, in-flight requests finish (router.server)
+        self.draining = False  # SIGTERM came: not ready, in-flight requests finish (router.edge.server)
         self.drain_expired = False  # the drain grace is over: open streams end with an error event
         self._refresh_task: asyncio.Task[dict[str, Any]] | None = None
         self._refresh_late = False
@@ -88,7 +88,7 @@ class RouterRuntime:
         try:
             # abandon_on_cancel: stop() does not wait for a hung read (its thread ends on its own).
             deployments = await anyio.to_thread.run_sync(self.source.deployments, abandon_on_cancel=True)
-            # `polyspec adapt` canaries: router.canary
+            # `polyspec adapt` canaries: router.decision.canary
             table = build_table(deployments, self.default_language, canaries_of(deployments))
         except Exception as exc:  # any registry failure: keep serving from the last table
             return self._refresh_failed(exc)

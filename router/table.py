@@ -63,7 +63,7 @@ class Pool:
 class TableMemo:
     """Values computed on demand from one table (and the live counters) and kept with it, each map bounded
     by `MEMO_LIMIT`: the speed policy's tokens per step keyed by the live counts they depend on
-    (router.speed), and the pools covering a set of likely labels (router.routing.unsure_pools). The table's
+    (router.decision.speed), and the pools covering a set of likely labels (router.decision.routing.unsure_pools). The table's
     own fields never change; a new table starts with an empty memo."""
 
     __slots__ = ("speed", "unsure")
@@ -78,7 +78,7 @@ class RoutingTable:
     """Built once per refresh and never changed: every lookup the hot path makes of it is derived here, once,
     so a request reads fields instead of rebuilding sets per call.
 
-    ``canaries``: replica URL -> (language, share) of the deployments `polyspec adapt` marked (router.canary).
+    ``canaries``: replica URL -> (language, share) of the deployments `polyspec adapt` marked (router.decision.canary).
     """
 
     pools: tuple[Pool, ...]
@@ -91,7 +91,7 @@ class RoutingTable:
     pin_domains: frozenset[str] = field(init=False)  # what a client may pin: the built-in domains and the pools'
     langid_labels: LabelSet = field(init=False)  # what language ID may answer: ``known_languages``
     default_pools: tuple[Pool, ...] = field(init=False)
-    no_spec_pools: tuple[Pool, ...] = field(init=False)  # pools without speculation (router.speed.extra_pools)
+    no_spec_pools: tuple[Pool, ...] = field(init=False)  # pools without speculation (router.decision.speed.extra_pools)
     memo: TableMemo = field(init=False, repr=False)
     _tiers: dict[tuple[str, str], tuple[Pool, ...]] = field(init=False, repr=False)
     _replicas: tuple[Replica, ...] = field(init=False, repr=False)
@@ -199,7 +199,7 @@ def _draft_name(obj: Any) -> str:
 def build_table(deployments: Iterable[Any], default_language: str,
                 canaries: Mapping[str, tuple[str, float]] | None = None) -> RoutingTable:
     """Group deployments into pools. Deployments without a URL are not routable yet and are skipped.
-    ``canaries``: as router.canary.canaries_of gives them for the same deployments.
+    ``canaries``: as router.decision.canary.canaries_of gives them for the same deployments.
 
     A pool's step times are those of its replicas' engine shapes (``step_shape``, core.speed.shared_curves):
     the calibrated curve is the mean over every engine of those shapes, and ``step_urls`` names them all, so

@@ -225,7 +225,7 @@ class Metrics:
         self.rejected = PCounter("polyspec_rejected_requests",
                                  "Requests refused before routing (bad body, bad pin, too large, too slow).",
                                  ["reason"], registry=r)
-        # The speed policy (router.speed): what it chose and why, what it predicted, what requests got.
+        # The speed policy (router.decision.speed): what it chose and why, what it predicted, what requests got.
         self.route_choices = PCounter("polyspec_route_choices",
                                       "Answered requests by language, answering draft and why that pool answered "
                                       "(fastest, explore, fallback, no_speed_model, mal_policy).",

@@ -1,5 +1,5 @@
 """Canary, swap and rollback (blue-green): the candidate's engine starts beside the old one, is deployed as a
-canary for its language (``launch.canary.share`` of that language's traffic, router.canary), is compared
+canary for its language (``launch.canary.share`` of that language's traffic, router.decision.canary), is compared
 live with the old engine (polyspec.adapt.stats), then either promoted (the old deployments of the language
 are undeployed, drained and stopped) or withdrawn (undeployed, drained, stopped, the candidate retired).
 
@@ -28,7 +28,7 @@ from polyspec.adapt.settings import AdaptSettings
 from polyspec.adapt.stats import Arm, Verdict, verdict
 from polyspec.engines import calibrate_deployments
 from polyspec.registry import NotFound, RegistryError
-from polyspec.router.canary import CANARY_KEY  # in Deployment.launch: {"language", "share", "attempt"}
+from polyspec.router.decision.canary import CANARY_KEY  # in Deployment.launch: {"language", "share", "attempt"}
 
 # launch keys a redeployed engine keeps (the rest described an engine that no longer runs)
 ENGINE_KNOBS = ("k", "max_model_len", "kv_cache_gib", "dtype", "cpu_bind", "threads", "served_model_name",

@@ -38,7 +38,7 @@ from polyspec.registry.schema import Deployment
 from polyspec.router.admin.auth import unsafe_admin
 from polyspec.router.app import create_app
 from polyspec.router.config import RouterConfig
-from polyspec.router.server import build_server
+from polyspec.router.edge.server import build_server
 
 log = logging.getLogger("polyspec.fleet")
 
@@ -204,7 +204,7 @@ def run_up(plan: UpPlan, *, logs_dir: Path, ready_timeout: float = 900.0, log_le
 
 def calibrate_members(plan: UpPlan, console: Any) -> None:
     """A quick calibration (batch 1 and 2, 32 tokens) of the fleet's registry deployments, before the router
-    starts, so that its first table has step times (router.speed). A failure is reported, not fatal: the
+    starts, so that its first table has step times (router.decision.speed). A failure is reported, not fatal: the
     router then measures step times live."""
     names = [m.deployment for m in plan.members if m.deployment]
     if plan.registry is None or plan.source is not None or not names:

@@ -1,10 +1,10 @@
-"""router.canary: a canary deployment takes its share of its language and is only a fallback otherwise."""
+"""router.decision.canary: a canary deployment takes its share of its language and is only a fallback otherwise."""
 
 from __future__ import annotations
 
 import pytest
 
-from polyspec.router.canary import apply, canaries_of
+from polyspec.router.decision.canary import apply, canaries_of
 from polyspec.router.table import build_table
 
 

@@ -98,13 +98,13 @@ def test_slope_and_reconcile() -> None:
 
 def test_collapsed_stack_parsing() -> None:
     assert frame_key("detect (/work/main/core/langid.py:97)") == "detect (core/langid.py)"
-    text = ("process 1;run (uvicorn/server.py:1);forward (/work/main/router/proxy.py:10);detect "
+    text = ("process 1;run (uvicorn/server.py:1);forward (/work/main/router/engine/proxy.py:10);detect "
             "(/work/main/core/langid.py:97) 3\nprocess 1;run (uvicorn/server.py:1) 1\n")
     prof = parse_collapsed(text)
     assert prof["samples"] == 4
     assert prof["self"][0] == {"function": "detect (core/langid.py)", "samples": 3, "share": 0.75}
     comps = {c["function"]: c["samples"] for c in prof["components"]}
-    assert comps["langid total (core/langid.py)"] == 3 and comps["router proxy (router/proxy.py)"] == 3
+    assert comps["langid total (core/langid.py)"] == 3 and comps["router proxy (router/engine/proxy.py)"] == 3
 
 
 def test_fake_backend_streams_like_vllm() -> None:
@@ -449,7 +449,7 @@ def test_mypyc_tree_moves_the_structs_out_of_the_compiled_modules(tmp_path) -> N
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(root / f"{name}.py", tmp_path / f"{name}.py")
     moved = move_structs(tmp_path)
-    assert sorted(moved) == ["router/body._Message", "router/body._Part", "router/job.Reported"]
+    assert sorted(moved) == ["router/edge/body._Message", "router/edge/body._Part", "router/engine/job.Reported"]
     structs = ast.parse((tmp_path / STRUCTS).read_text())
     assert [n.name for n in structs.body if isinstance(n, ast.ClassDef)] == ["_Message", "_Part", "Reported"]
     for name in HOT:
@@ -459,7 +459,7 @@ def test_mypyc_tree_moves_the_structs_out_of_the_compiled_modules(tmp_path) -> N
         before = [n.name for n in ast.parse((root / f"{name}.py").read_text()).body
                   if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
         assert [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))] == before
-    assert "from polyspec.router._structs import Reported" in (tmp_path / "router/job.py").read_text()
+    assert "from polyspec.router._structs import Reported" in (tmp_path / "router/engine/job.py").read_text()
 
 
 def test_mypyc_tree_refuses_a_folder_that_is_not_empty(tmp_path) -> None:

@@ -123,7 +123,7 @@ def test_sigterm_drains_streams_then_ends_the_rest_with_an_error_event(registry,
 def test_sigterm_turns_ready_off_at_once(registry_url):
     """The signal handler itself flips readiness: nothing waits for uvicorn's next tick."""
     from polyspec.router.app import create_app
-    from polyspec.router.server import build_server
+    from polyspec.router.edge.server import build_server
     from tests.faults.conftest import router_config
 
     config = router_config(registry_url)

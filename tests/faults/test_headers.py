@@ -1,5 +1,5 @@
 """Issue 13, item 7 (header size): request heads beyond ``max_header_bytes`` get 431 and cost bounded
-memory; the router stays up. The server is the one `polyspec serve` runs (router.server.build_server),
+memory; the router stays up. The server is the one `polyspec serve` runs (router.edge.server.build_server),
 on a real socket: uvicorn with httptools took a 16 MB header whole before.
 """
 
@@ -24,7 +24,7 @@ LIMIT = 32 * 1024
 @contextmanager
 def served(registry_url: str, **overrides: Any) -> Iterator[Any]:
     from polyspec.router.app import create_app
-    from polyspec.router.server import build_server
+    from polyspec.router.edge.server import build_server
 
     config = router_config(registry_url, port=free_port(), **overrides)
     app = create_app(config, mount_admin=False)

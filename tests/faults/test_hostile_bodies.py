@@ -3,7 +3,7 @@
 A 40 KB body of newlines around code cues and an e-mail-shaped run once froze the whole router,
 /health included, for seconds (quadratic regexes in domain and language detection). Classification now
 reads a bounded head and tail of the text with linear patterns, and a body is decoded top level only
-(router.body), so the event loop stays free while such bodies are in flight.
+(router.edge.body), so the event loop stays free while such bodies are in flight.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 from polyspec.core.domains import detect_domain
 from polyspec.core.langid import clean_for_langid
 from polyspec.core.text import WINDOW, head_and_tail
-from polyspec.router.body import MESSAGES_READ, PARTS_READ, decode_body, encode_body, field, prompt_text
+from polyspec.router.edge.body import MESSAGES_READ, PARTS_READ, decode_body, encode_body, field, prompt_text
 from polyspec.router.errors import BadRequest
 from tests.router.conftest import serve_router
 

@@ -22,7 +22,7 @@ from polyspec.core.ports import free_port
 
 class ServedApp:
     """A FastAPI app on a real socket (streams and disconnects behave as in production). A router app is
-    served with the router's own HTTP protocol, as `polyspec serve` serves it (router.server: head limits,
+    served with the router's own HTTP protocol, as `polyspec serve` serves it (router.edge.server: head limits,
     and the ConnectionHook its hot path uses); ``plain=True`` serves it with uvicorn's own, as an app that
     embeds the router would (the hot path then takes its plain-ASGI path)."""
 
@@ -32,7 +32,7 @@ class ServedApp:
         options: dict[str, Any] = {}
         runtime = getattr(app.state, "runtime", None)
         if runtime is not None and not plain:
-            from polyspec.router.server import head_limited_protocol
+            from polyspec.router.edge.server import head_limited_protocol
 
             config = runtime.config
             options["http"] = head_limited_protocol(config.max_header_bytes, lambda: None, config.header_timeout_s)

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from polyspec.core.domains import detect_domain
-from polyspec.router.body import prompt_text
-from polyspec.router.classify import classify, pop_router_fields
-from polyspec.router.job import forwarded_headers
+from polyspec.router.edge.body import prompt_text
+from polyspec.router.decision.classify import classify, pop_router_fields
+from polyspec.router.engine.job import forwarded_headers
 from polyspec.router.errors import BadRequest
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,8 +13,8 @@ import httpx
 import msgspec
 import pytest
 
-from polyspec.router.body import EARLIER_TURN_BYTES, EARLIER_TURNS, MESSAGES_READ, _string_head, decode_body, read_prompt
-from polyspec.router.classify import classify
+from polyspec.router.edge.body import EARLIER_TURN_BYTES, EARLIER_TURNS, MESSAGES_READ, _string_head, decode_body, read_prompt
+from polyspec.router.decision.classify import classify
 from tests.router.conftest import add_draft, serve_router
 from tests.router.fakes import BrokenEngine
 

@@ -1,4 +1,4 @@
-"""router.engine_http, the router's HTTP/1.1 client to its engines, against small asyncio servers that
+"""router.engine.engine_http, the router's HTTP/1.1 client to its engines, against small asyncio servers that
 misbehave on purpose: keep-alive reuse, per-engine limits and the wait for a slot, read timeouts,
 connections refused, cut or garbled answers, back-pressure, cancellation, idle expiry and header
 injection. What the router does with these errors is tested in tests/router/test_hot_path.py and
@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from polyspec.core.ports import free_port
-from polyspec.router.engine_http import (
+from polyspec.router.engine.engine_http import (
     HIGH_WATER, EngineClient, EngineConnectError, EngineDisconnected, EngineProtocolError, EngineTimeout,
 )
 

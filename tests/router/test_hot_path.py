@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from polyspec.router.stream import EventSplitter
+from polyspec.router.engine.stream import EventSplitter
 from polyspec.core.counters import SpecCounts
 from polyspec.router.table import LiveRow
 from polyspec.router.telemetry import Telemetry, merge_rows
@@ -29,7 +29,7 @@ UNSURE = "salut"  # fastText: fr at ~0.06, far below the tests' threshold of 0.5
 def test_disconnect_before_the_first_byte_releases_the_replica(registry, registry_url, stream, plain):
     """The engine never answers; the client gives up. The router must notice at once (not at its own
     read timeout), close the engine connection (vLLM aborts on that) and free the in-flight slot. Served
-    by the router's own protocol, the connection's end is told to the request (router.asgi.ConnectionHook);
+    by the router's own protocol, the connection's end is told to the request (router.edge.asgi.ConnectionHook);
     by plain uvicorn, a watcher task learns it from receive()."""
     with BrokenEngine("hang") as fake:
         registry.deploy(None, name="hangs", url=fake.url, languages=["en"], default=True)
@@ -77,7 +77,7 @@ def test_requests_go_only_to_engines_serving_their_model(two_models, registry_ur
 
 
 def test_model_filter_keeps_the_language_order_and_skips_other_models(registry_url, two_models):
-    from polyspec.router.policy import candidate_pools, plan_attempts
+    from polyspec.router.decision.policy import candidate_pools, plan_attempts
     from polyspec.router.source import RegistrySource
     from polyspec.router.table import build_table
 
@@ -124,9 +124,9 @@ def _runtime(registry_url: str):
 
 def _job(source: str = "langid", stream: bool = False):
     """A job routed to one (unreachable) replica, for the bookkeeping alone; (job, target)."""
-    from polyspec.router.classify import Decision
-    from polyspec.router.job import Job
-    from polyspec.router.policy import Target
+    from polyspec.router.decision.classify import Decision
+    from polyspec.router.engine.job import Job
+    from polyspec.router.decision.policy import Target
     from polyspec.router.table import Pool, Replica
 
     replica = Replica("r", "http://127.0.0.1:9")
@@ -136,7 +136,7 @@ def _job(source: str = "langid", stream: bool = False):
 
 
 def test_acceptance_of_uncertain_prompts_goes_to_the_und_key(registry_url):
-    from polyspec.router.job import record
+    from polyspec.router.engine.job import record
 
     rt = _runtime(registry_url)
     for source in ("fallback", "langid"):
@@ -171,7 +171,7 @@ class _StalledStream:
 @pytest.mark.parametrize("client_leaves", ["after-done", "before-done"])
 def test_a_client_leaving_right_after_done_was_served_in_full(registry_url, client_leaves):
     """The openai client hangs up as soon as it reads [DONE]; the engine's end of stream may come later."""
-    from polyspec.router.stream import relay as _relay
+    from polyspec.router.engine.stream import relay as _relay
 
     async def scenario() -> tuple:
         rt = _runtime(registry_url)
@@ -200,7 +200,7 @@ def test_a_client_leaving_right_after_done_was_served_in_full(registry_url, clie
 
 
 def test_a_relay_cut_by_an_unforeseen_error_is_counted_once_as_router_error(registry_url):
-    from polyspec.router.stream import relay as _relay
+    from polyspec.router.engine.stream import relay as _relay
 
     async def scenario() -> Telemetry:
         rt = _runtime(registry_url)
@@ -223,7 +223,7 @@ def test_a_relay_cut_by_an_unforeseen_error_is_counted_once_as_router_error(regi
 def test_a_classified_request_with_no_engine_is_counted(registry_url):
     """A request that was classified (its traffic counted) but found no engine gets a 503 and a status."""
     from polyspec.router.errors import NoBackend
-    from polyspec.router.proxy import prepare
+    from polyspec.router.engine.proxy import prepare
 
     rt = _runtime(registry_url)  # an empty routing table: no pool at all
     raw = b'{"model": "polyspec", "messages": [{"role": "user", "content": "Hello, how are you today?"}]}'

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from polyspec.router.asgi import ConnectionHook, DisconnectWatch
+from polyspec.router.edge.asgi import ConnectionHook, DisconnectWatch
 from polyspec.router.telemetry import LATENCY_BUCKETS, Metrics, _Held, _HeldCounter, _HeldGauge, _HeldHistogram
 from tests.router.conftest import metric, post_head, read_raw_response, serve_router
 

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from polyspec.router.backends import Backends
-from polyspec.router.policy import blended_mal, candidate_pools, plan_attempts
+from polyspec.router.engine.backends import Backends
+from polyspec.router.decision.policy import blended_mal, candidate_pools, plan_attempts
 from polyspec.router.source import RegistrySource
 from polyspec.router.table import build_table
 from polyspec.router.telemetry import merge_rows

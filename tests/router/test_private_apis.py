@@ -2,7 +2,7 @@
 installed versions: an upgrade that renames or reshapes one of these fails here, by name, before it can fail
 a request. Both are pinned exactly in pyproject.toml for this reason (and in requirements.lock).
 
-- router/server.py subclasses uvicorn's httptools protocol (the only way to bound a request head) and reads
+- router/edge/server.py subclasses uvicorn's httptools protocol (the only way to bound a request head) and reads
   the server's open request tasks to end them at the end of a drain.
 - router/telemetry.py adds held histogram observations to the child's own sum and bucket values.
 """
@@ -24,8 +24,8 @@ from prometheus_client import CollectorRegistry, Histogram
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
-from polyspec.router.asgi import HOOK_KEY, ConnectionHook
-from polyspec.router.server import HeadLimitedHttpTools, RouterServer, head_limited_protocol
+from polyspec.router.edge.asgi import HOOK_KEY, ConnectionHook
+from polyspec.router.edge.server import HeadLimitedHttpTools, RouterServer, head_limited_protocol
 from polyspec.router.telemetry import LATENCY_BUCKETS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The speed policy (router.speed): the fastest predicted pool wins, speculation-free pools included;
+"""The speed policy (router.decision.speed): the fastest predicted pool wins, speculation-free pools included;
 uncertainty, load, exploration and the lack of any calibration each change the choice as documented."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from polyspec.core.counters import SpecCounts
-from polyspec.router.policy import candidate_pools
-from polyspec.router.speed import Explorer, LiveSteps, SpeedInputs, batch_bucket, extra_pools, rank
+from polyspec.router.decision.policy import candidate_pools
+from polyspec.router.decision.speed import Explorer, LiveSteps, SpeedInputs, batch_bucket, extra_pools, rank
 from polyspec.router.table import build_table
 
 SPEC_STEP = {1: 0.080, 4: 0.120}  # a draft engine: a verify step of 4 tokens plus 3 draft steps
@@ -307,8 +307,8 @@ def test_engines_of_one_shape_share_one_step_time_calibrated_and_live() -> None:
 def _two_sorts(table: Any, language: str, domain: str, live: dict, extra: list, speed: SpeedInputs) -> list[str]:
     """The ranking as it was computed before `rank_places`: each tier sorted by blended MAL, duplicates
     dropped, then the speed order sorted (stably) from that order, the first pool judged by its point estimate."""
-    from polyspec.router.policy import GENERAL, blended_mal
-    from polyspec.router.speed import candidate
+    from polyspec.router.decision.policy import GENERAL, blended_mal
+    from polyspec.router.decision.speed import candidate
 
     tiers = [table.pools_for(language, domain)] + ([table.pools_for(language, GENERAL)] if domain != GENERAL else [])
     ordered: list = []
@@ -335,8 +335,8 @@ def test_one_sort_ranks_as_the_mal_order_then_the_speed_order_did() -> None:
     once by speed with ties in the MAL order gives the order the two sorts gave, exploration included."""
     import random
 
-    from polyspec.router.policy import mal_places
-    from polyspec.router.speed import rank_places
+    from polyspec.router.decision.policy import mal_places
+    from polyspec.router.decision.speed import rank_places
 
     rng = random.Random(7)
     for _ in range(300):

@@ -1,5 +1,5 @@
 """When language ID is unsure of a short text, the request goes to a draft that covers the likely labels, or to
-the multilingual draft (router.routing.unsure_pools), not to the default pool that a wrong guess would get."""
+the multilingual draft (router.decision.routing.unsure_pools), not to the default pool that a wrong guess would get."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from polyspec.router.classify import classify
+from polyspec.router.decision.classify import classify
 from polyspec.router.config import RouterConfig
-from polyspec.router.routing import route, unsure_pools
+from polyspec.router.decision.routing import route, unsure_pools
 from polyspec.router.runtime import RouterRuntime
 from polyspec.router.table import MEMO_LIMIT, build_table
 

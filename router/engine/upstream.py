@@ -1,9 +1,9 @@
-"""The router's client to its engines: two `EngineClient`s (router.engine_http), one for traffic (a
+"""The router's client to its engines: two `EngineClient`s (router.engine.engine_http), one for traffic (a
 keep-alive pool per engine) and one for health probes; read timeouts per engine (``engine_read_timeouts_s``).
 
 Not httpx nor aiohttp: under the router benchmark httpx cost 0.66 ms of CPU per request at concurrency 1
 and 1.4 ms at 64 (httpcore scans and polls every pooled connection on each request); aiohttp, used next,
-about 0.12 ms more per request than router.engine_http (its module docstring has the figures).
+about 0.12 ms more per request than router.engine.engine_http (its module docstring has the figures).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import logging
 from collections.abc import Iterable, Mapping
 
 from polyspec.router.config import RouterConfig
-from polyspec.router.engine_http import EngineClient, EngineIOError, EngineStatusError, Response
+from polyspec.router.engine.engine_http import EngineClient, EngineIOError, EngineStatusError, Response
 
 log = logging.getLogger("polyspec.router")
 

@@ -32,7 +32,7 @@ HOOK_KEY = "polyspec.connection"  # the scope key of a request's ConnectionHook
 
 
 class ConnectionHook:
-    """What the router's own HTTP protocol (router.server.HeadLimitedHttpTools) tells the request it serves,
+    """What the router's own HTTP protocol (router.edge.server.HeadLimitedHttpTools) tells the request it serves,
     through ``scope[HOOK_KEY]``: whether its whole body has arrived, and when its client goes away. With it
     the hot path needs neither a timer on the body read nor a watcher task per request (`DisconnectWatch`),
     which plain ASGI needs; served by another server (tests, an embedding app), a request has no hook and

@@ -186,7 +186,7 @@ def candidate(pool: Pool, language: str, domain: str, inputs: SpeedInputs,
 
 def rank(pools_mal_order: list[Pool], extra: list[Pool], language: str, domain: str, inputs: SpeedInputs,
          memo: SpeedMemo | None = None) -> Ranking:
-    """``pools_mal_order``: the MAL policy's candidates in its order (router.policy.candidate_pools); ``extra``:
+    """``pools_mal_order``: the MAL policy's candidates in its order (router.decision.policy.candidate_pools); ``extra``:
     the other pools that may serve the request (``extra_pools``). ``memo``: the routing table's
     (``table.memo.speed``)."""
     places: dict[str, tuple[tuple[int], Pool]] = {}
@@ -197,7 +197,7 @@ def rank(pools_mal_order: list[Pool], extra: list[Pool], language: str, domain: 
 
 def rank_places(places: Mapping[str, tuple[Any, Pool]], extra: list[Pool], language: str, domain: str,
                 inputs: SpeedInputs, memo: SpeedMemo | None = None) -> Ranking:
-    """`rank` of the MAL policy's candidates as router.policy.mal_places gives them: unsorted, each with its
+    """`rank` of the MAL policy's candidates as router.decision.policy.mal_places gives them: unsorted, each with its
     place in that policy's order. The pools are sorted once, by predicted speed, ties in the MAL order."""
     pools = [pool for _, pool in places.values()] + [p for p in extra if p.key not in places]
     if not pools:

@@ -5,7 +5,7 @@
 - **Drain.** On SIGTERM (or Ctrl-C) /ready turns not-ready at once; the listening socket closes, idle
   connections close, and requests in flight may finish for ``drain_grace_s``. Then every request still
   open is cancelled: a stream gets an SSE error event (``router_shutdown``) and the end of its body
-  (router.stream), never a silent cut. uvicorn's own ``timeout_graceful_shutdown`` alone cancels the
+  (router.engine.stream), never a silent cut. uvicorn's own ``timeout_graceful_shutdown`` alone cancels the
   tasks without a word, so it is set a little later (``END_GRACE_S``) as the last resort for a client
   that reads nothing. Live stats are flushed by the app's shutdown (RouterRuntime.stop).
 - **Request-head limits.** A head must arrive within ``header_timeout_s`` of its first byte (or of the
@@ -25,7 +25,7 @@ import logging
 import socket
 from collections.abc import Callable
 from types import FrameType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -33,10 +33,12 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from polyspec.core.errors import InvalidInput
 from polyspec.core.settings import get_settings
 from polyspec.router.admin.auth import unsafe_admin
-from polyspec.router.asgi import HOOK_KEY, ConnectionHook
+from polyspec.router.edge.asgi import HOOK_KEY, ConnectionHook
 from polyspec.router.config import RouterConfig
 from polyspec.router.errors import error_body
-from polyspec.router.runtime import RouterRuntime
+
+if TYPE_CHECKING:  # annotations only: the runtime imports the engine side, which imports the edge
+    from polyspec.router.runtime import RouterRuntime
 
 log = logging.getLogger("polyspec.router")
 
@@ -117,7 +119,7 @@ class HeadLimitedHttpTools(HttpToolsProtocol):
             raise ValueError("request head too large")  # stops the parser: no request task starts
         self._in_head, self._head_ended, self._head_bytes = False, True, 0
         self._stop_head_timer()
-        # router.asgi: the body's end and the client's leaving (a key of ours beside the ASGI ones)
+        # router.edge.asgi: the body's end and the client's leaving (a key of ours beside the ASGI ones)
         cast("dict[str, Any]", self.scope)[HOOK_KEY] = ConnectionHook()
         super().on_headers_complete()
 
@@ -193,7 +195,7 @@ class RouterServer(uvicorn.Server):
 
     def _end_open_requests(self) -> None:
         """The drain grace is over: cancel what is still open; a stream answers the cancellation with an
-        error event and the end of its body (router.stream), and is counted as ``router_shutdown``."""
+        error event and the end of its body (router.engine.stream), and is counted as ``router_shutdown``."""
         tasks = [t for t in self.server_state.tasks if not t.done()]
         if not tasks:
             return

@@ -8,23 +8,25 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from polyspec.router.body import encode_body
-from polyspec.router.classify import HEADER_PREFIX, Decision
-from polyspec.router.engine_http import HOP_BY_HOP, Response, header_lines
+from polyspec.router.edge.body import encode_body
+from polyspec.router.decision.classify import HEADER_PREFIX, Decision
+from polyspec.router.engine.engine_http import HOP_BY_HOP, Response, header_lines
 from polyspec.router.errors import RouterError, UpstreamFailed, UpstreamTimeout
-from polyspec.router.policy import Target
-from polyspec.router.runtime import RouterRuntime
-from polyspec.router.speed import Ranking
-from polyspec.router.upstream import is_timeout
+from polyspec.router.decision.policy import Target
+from polyspec.router.decision.speed import Ranking
+from polyspec.router.engine.upstream import is_timeout
+
+if TYPE_CHECKING:  # annotations only: the runtime imports the engine side
+    from polyspec.router.runtime import RouterRuntime
 
 PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 PASSED_UPSTREAM_HEADERS = ("x-request-id",)
 # Client headers an engine never gets: the hop-by-hop ones (engine_http.HOP_BY_HOP), and those the router sets
-# itself: the body is re-serialised JSON, and the engine answers uncompressed (router.upstream).
+# itself: the body is re-serialised JSON, and the engine answers uncompressed (router.engine.upstream).
 _NOT_FORWARDED = HOP_BY_HOP | {"content-type", "accept-encoding"}
 _JSON_TYPE = b"Content-Type: application/json\r\n"
 R = TypeVar("R", bound="Reported")
@@ -45,7 +47,7 @@ class Job:
     stream: bool
     client_usage: bool
     started: float
-    ranking: Ranking | None = None  # the speed policy's candidates (router.speed); None under the MAL policy
+    ranking: Ranking | None = None  # the speed policy's candidates (router.decision.speed); None under the MAL policy
     explain: bool = False  # the client asked for the decision in response headers (X-Polyspec-Explain)
     recorded: bool = field(default=False, init=False)
     attempt_started: float = field(default=0.0, init=False)

@@ -8,7 +8,7 @@ what the last one leaves open (`_with_earlier_turns`). Detection is restricted t
 routing table serves; a confidence below the threshold sends the request to the default language, and
 its statistics go to the undetermined bucket ``und`` (so uncertain prompts do not blur the default
 language's acceptance). On a short text the decision keeps the labels language ID found likely
-(``Decision.likely``), and the routing serves it with a draft that covers them (router.routing).
+(``Decision.likely``), and the routing serves it with a draft that covers them (router.decision.routing).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from polyspec.core.languages import lookup_language
 from polyspec.core.langid import (
     UNDETERMINED, LabelSet, LangGuess, allowed_labels, clean_for_langid, detect_cleaned,
 )
-from polyspec.router.body import Prompt, read_prompt
-from polyspec.router.body import pop_router_fields as body_pop_router_fields
+from polyspec.router.edge.body import Prompt, read_prompt
+from polyspec.router.edge.body import pop_router_fields as body_pop_router_fields
 from polyspec.router.errors import BadRequest
 from polyspec.router.table import RoutingTable
 
@@ -48,7 +48,7 @@ class Decision:
     text: str  # the text langid looked at (uncleaned), kept for opt-in capture
     label: str = ""  # the bounded stats language (`stats_label`); "" means: the language itself
     # On a fallback from a short text: the labels language ID found likely, best first (`LangGuess.likely`).
-    # The routing serves the request with a draft that covers them (router.routing.unsure_pools).
+    # The routing serves the request with a draft that covers them (router.decision.routing.unsure_pools).
     likely: tuple[str, ...] = ()
 
     @property

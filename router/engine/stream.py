@@ -8,26 +8,28 @@ chunk is read only after the client's socket took the last one.
 A stream always ends in a way the client can tell apart: ``data: [DONE]`` when the engine finished, or
 an SSE error event (then ``[DONE]``) when the engine connection broke, when the engine ended its body
 without ``[DONE]`` (``stream_incomplete``), or when the router stopped at the end of its drain grace
-(``router_shutdown``, see router.server). Each is counted under its own status, never as "ok".
+(``router_shutdown``, see router.edge.server). Each is counted under its own status, never as "ok".
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from polyspec.router.asgi import Send, content_type
+from polyspec.router.edge.asgi import Send, content_type
 from polyspec.router.errors import sse_error
-from polyspec.router.job import (
+from polyspec.router.engine.job import (
     Job, Opened, Reported, attempt_failed, decode_reported, fail, payload, record, reported_telemetry, router_headers,
 )
-from polyspec.router.policy import Target
-from polyspec.router.runtime import RouterRuntime
-from polyspec.router.engine_http import Response
-from polyspec.router.upstream import UPSTREAM_ERRORS, is_timeout
+from polyspec.router.decision.policy import Target
+from polyspec.router.engine.engine_http import Response
+from polyspec.router.engine.upstream import UPSTREAM_ERRORS, is_timeout
+
+if TYPE_CHECKING:  # annotations only: the runtime imports the engine side
+    from polyspec.router.runtime import RouterRuntime
 
 _USAGE = b'"usage"'
 _DONE = b"data: [DONE]\n\n"
@@ -83,7 +85,7 @@ class EventSplitter:
 async def open_stream(rt: RouterRuntime, job: Job, target: Target, errors: list[tuple[str, str]]) -> Opened | None:
     """Send the request and wait for its first body byte: (response, first bytes, False) to relay; an error
     answer of the engine read whole (response, body, True); or None, noted in ``errors``, to try the next
-    replica (router.proxy.forward)."""
+    replica (router.engine.proxy.forward)."""
     try:
         resp = await rt.backends.upstream.post(target.replica.url + job.endpoint, payload(rt, job, target), job.headers)
     except UPSTREAM_ERRORS as exc:
@@ -158,7 +160,7 @@ async def relay(rt: RouterRuntime, job: Job, target: Target, resp: Response, fir
         status = "ok" if done else "client_disconnected"
         if done or not rt.drain_expired:
             raise
-        # The router is stopping and this stream outlived the drain grace (router.server cancelled it):
+        # The router is stopping and this stream outlived the drain grace (router.edge.server cancelled it):
         # the client gets an error event and a clean end, never a silent cut.
         asyncio.current_task().uncancel()  # type: ignore[union-attr]
         status = "router_shutdown"

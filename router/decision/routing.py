@@ -1,8 +1,8 @@
 """The routing decision for one request body: which language, domain, pools and replicas.
 
 `route` is the router's whole decision and nothing else (no telemetry, no capture, no I/O to engines):
-`router.proxy.prepare` serves requests with it and `polyspec route explain` explains them with it, so the
-two can never disagree. Its cost is bounded: router.body and router.classify say how.
+`router.engine.proxy.prepare` serves requests with it and `polyspec route explain` explains them with it, so the
+two can never disagree. Its cost is bounded: router.edge.body and router.decision.classify say how.
 
 When language ID is unsure of a short text (a fallback with likely labels), a wrong guess would send it to a
 draft that does not know its language; the default pool is a guess too. So the request goes first to the
@@ -18,12 +18,12 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from polyspec.router import canary
-from polyspec.router.body import Body, decode_body, field
-from polyspec.router.classify import Decision, classify_for, pop_router_fields
+from polyspec.router.decision import canary
+from polyspec.router.edge.body import Body, decode_body, field
+from polyspec.router.decision.classify import Decision, classify_for, pop_router_fields
 from polyspec.router.errors import BadRequest, ModelNotFound, NoBackend
-from polyspec.router.policy import GENERAL, Target, mal_order, mal_places, plan_attempts
-from polyspec.router.speed import Ranking, SpeedInputs, extra_pools, rank, rank_places
+from polyspec.router.decision.policy import GENERAL, Target, mal_order, mal_places, plan_attempts
+from polyspec.router.decision.speed import Ranking, SpeedInputs, extra_pools, rank, rank_places
 from polyspec.router.table import MEMO_LIMIT, Pool, RoutingTable
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ ModelFilter = Callable[["RouterRuntime", Any], "frozenset[str] | None"]
 @dataclass
 class Routing:
     body: Body  # what goes to the engine, the router's own field removed
-    strict: bool  # msgspec may re-encode the body (router.body.decode_body)
+    strict: bool  # msgspec may re-encode the body (router.edge.body.decode_body)
     pins: dict[str, Any]
     serving: frozenset[str] | None  # replicas serving the requested model; None for a router alias
     decision: Decision
@@ -86,7 +86,7 @@ def route(rt: RouterRuntime, raw: bytes, headers: dict[str, str], kind: str,
     if covering:  # the usual order follows, for failover
         keys = {p.key for p in covering}
         pools = covering + [p for p in pools if p.key not in keys]
-    # a canary takes its share of its language and is last for everything else (router.canary)
+    # a canary takes its share of its language and is last for everything else (router.decision.canary)
     pools = canary.apply(pools, decision.language, table.canaries, random.random())
     targets = plan_attempts(pools, rt.backends.is_healthy, rt.backends.in_flight, c.max_attempts, serving)
     return Routing(body, strict, pins, serving, decision, pools, targets, ranking)

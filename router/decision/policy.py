@@ -69,7 +69,7 @@ def mal_places(
     serving: Collection[str] | None = None,
 ) -> Places:
     """The MAL policy's candidates with their places in its order, unsorted: `mal_order` sorts them, and the
-    speed policy sorts them once, by its own key first (router.speed.rank_places). Tiers: (language, domain)
+    speed policy sorts them once, by its own key first (router.decision.speed.rank_places). Tiers: (language, domain)
     -> (language, general) -> default; a pool named by several tiers keeps its first.
 
     ``serving``: URLs of the replicas serving the requested model; None means any replica will do. Every

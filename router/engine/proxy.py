@@ -2,11 +2,11 @@
 
 Failover happens only while nothing has been sent to the client: on connect errors, timeouts,
 5xx answers, or a connection that dies before the first body byte. After that, a broken upstream
-ends the stream with an SSE error event and ``data: [DONE]`` (router.stream).
+ends the stream with an SSE error event and ``data: [DONE]`` (router.engine.stream).
 
-`serve_completion` is a plain ASGI handler (router.asgi explains why); errors still reach the client
+`serve_completion` is a plain ASGI handler (router.edge.asgi explains why); errors still reach the client
 as OpenAI error objects, and a client that disconnects cancels the request upstream. Every request that
-got a routing decision is counted exactly once (``router.job.record``): answered, failed, cut short or
+got a routing decision is counted exactly once (``router.engine.job.record``): answered, failed, cut short or
 left by its client, streamed or not.
 """
 
@@ -14,22 +14,25 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import TYPE_CHECKING
 
-from polyspec.router.asgi import (
+from polyspec.router.edge.asgi import (
     HOOK_KEY, ClientDisconnected, ConnectionHook, DisconnectWatch, Receive, Scope, Send, content_type, read_body, request_headers,
     send_error, send_response,
 )
-from polyspec.router.body import field
-from polyspec.router.engine_http import Response
+from polyspec.router.edge.body import field
+from polyspec.router.engine.engine_http import Response
 from polyspec.router.errors import NoBackend, RouterError, RouterShutdown
-from polyspec.router.job import (
+from polyspec.router.engine.job import (
     Job, Opened, attempt_failed, completion_telemetry, fail, forwarded_headers, give_up, payload, record, router_headers,
 )
-from polyspec.router.policy import Target
-from polyspec.router.routing import route
-from polyspec.router.runtime import RouterRuntime
-from polyspec.router.stream import open_stream, relay
-from polyspec.router.upstream import UPSTREAM_ERRORS
+from polyspec.router.decision.policy import Target
+from polyspec.router.decision.routing import route
+from polyspec.router.engine.stream import open_stream, relay
+from polyspec.router.engine.upstream import UPSTREAM_ERRORS
+
+if TYPE_CHECKING:  # annotations only: the runtime imports the engine side
+    from polyspec.router.runtime import RouterRuntime
 
 
 async def prepare(rt: RouterRuntime, raw: bytes, headers: dict[str, str], kind: str, started: float) -> Job:
@@ -128,7 +131,7 @@ async def serve_completion(rt: RouterRuntime, scope: Scope, receive: Receive, se
     started = time.perf_counter()
     headers = request_headers(scope)
     config = rt.config
-    hook: ConnectionHook | None = scope.get(HOOK_KEY)  # set by the router's own server (router.asgi)
+    hook: ConnectionHook | None = scope.get(HOOK_KEY)  # set by the router's own server (router.edge.asgi)
     try:
         raw = await read_body(receive, headers.get("content-length"), config.max_body_bytes, config.body_timeout_s,
                               complete=hook is not None and hook.body_complete)
@@ -150,7 +153,7 @@ async def serve_completion(rt: RouterRuntime, scope: Scope, receive: Receive, se
         await send_error(scope, receive, watch.send, exc)
     except asyncio.CancelledError:
         if rt.drain_expired and not watch.gone and not watch.started:
-            # The drain grace is over (router.server cancelled this request) and nothing was sent yet: an
+            # The drain grace is over (router.edge.server cancelled this request) and nothing was sent yet: an
             # OpenAI-style 503 the client can retry elsewhere, not uvicorn's plain-text 500.
             asyncio.current_task().uncancel()  # type: ignore[union-attr]
             ended = "router_shutdown"

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from polyspec.router.config import RouterConfig
-from polyspec.router.upstream import UPSTREAM_ERRORS, Upstream
+from polyspec.router.engine.upstream import UPSTREAM_ERRORS, Upstream
 
 # A probe also fails on an answer that is not vLLM's /v1/models shape.
 PROBE_ERRORS: tuple[type[BaseException], ...] = (*UPSTREAM_ERRORS, ValueError, KeyError, TypeError, AttributeError)

@@ -92,6 +92,8 @@ class RouterRuntime:
             table = build_table(deployments, self.default_language, canaries_of(deployments))
         except Exception as exc:  # any registry failure: keep serving from the last table
             return self._refresh_failed(exc)
+        if table.routes_as(self.table):
+            table = self.table  # the registry did not change: the table, and what it has memoised, stay
         if not table.pools and self.table.pools:
             return self._refuse_empty()
         # lingua's models and the word tables for the new table's languages load in a worker thread before the

@@ -127,6 +127,13 @@ class RoutingTable:
         for name, value in derived.items():
             object.__setattr__(self, name, value)
 
+    def routes_as(self, other: RoutingTable) -> bool:
+        """Whether ``other`` routes every request as this one does: the same pools (replicas, figures and
+        step times included), canaries and default language. A refresh that finds the registry unchanged
+        keeps its table, and with it the memo."""
+        return (self.default_language == other.default_language and self.pools == other.pools
+                and dict(self.canaries) == dict(other.canaries))
+
     def pools_for(self, language: str, domain: str) -> tuple[Pool, ...]:
         """The pools serving ``language`` in ``domain``, in table order."""
         return self._tiers.get((language, domain), ())

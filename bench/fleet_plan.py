@@ -33,8 +33,9 @@ import tempfile
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -42,11 +43,11 @@ import httpx  # noqa: E402
 import psutil  # noqa: E402
 import typer  # noqa: E402
 
-from bench.common import OUT_DIR, ROOT, BenchError, finish_figure, machine_info, tps_bars, write_json  # noqa: E402
+from bench.common import OUT_DIR, ROOT, BenchError, machine_info, write_json  # noqa: E402
 from bench.e2e_figures import console  # noqa: E402
 from bench.e2e_speedup import keep_logs  # noqa: E402
 from bench.fleet_figures import (  # noqa: E402
-    LABELS, SYSTEMS, fleet_plan_md, language_figures, rotation, targets, weighted_figures,
+    SYSTEMS, fleet_plan_md, language_figures, plot, rotation, targets, weighted_figures,
 )
 from bench.servers import start_polyspec  # noqa: E402
 from bench.speed_policy import send  # noqa: E402
@@ -155,13 +156,20 @@ def fleets_of(plan: Any, specialists: tuple[str, ...], verifier: str, k: int) ->
 def start_engines(stack: ExitStack, work: Path, verifier: Any, engines: dict[str, Engine]) -> dict[str, str]:
     from polyspec.models.vllm_engine import EngineSpec, VllmEngine
 
+    class SmallCacheSpec(EngineSpec):
+        """The KV cache in bytes (--kv-cache-memory-bytes): VLLM_CPU_KVCACHE_SPACE, whole GiB, would override it."""
+
+        def environment(self) -> dict[str, str]:
+            env = super().environment()
+            env.pop("VLLM_CPU_KVCACHE_SPACE", None)
+            return env
+
     running = {}
     for e in engines.values():
-        # One request at a time: 'auto' pins each to the same core, one placement for all. The KV cache is set
-        # in bytes (VLLM_CPU_KVCACHE_SPACE, whole GiB, is cleared so vLLM reads --kv-cache-memory-bytes).
-        spec = EngineSpec(verifier=verifier.path, draft=e.draft.path if e.draft else None, k=max(e.k, 1),
-                          kv_cache_gib=1, cpu_bind="auto", max_model_len=2048, env={"VLLM_CPU_KVCACHE_SPACE": ""},
-                          extra_args=["--kv-cache-memory-bytes", str(KV_MIB * 2**20)])
+        # One request at a time: 'auto' pins each to the same core, one placement for all.
+        spec = SmallCacheSpec(verifier=verifier.path, draft=e.draft.path if e.draft else None, k=max(e.k, 1),
+                              kv_cache_gib=1, cpu_bind="auto", max_model_len=2048,
+                              extra_args=["--kv-cache-memory-bytes", str(KV_MIB * 2**20)])
         running[e.name] = stack.enter_context(VllmEngine(spec, work / f"engine-{e.name}.log"))
     for name, engine in running.items():
         console.print(f"waiting for engine {name} ...")
@@ -206,12 +214,34 @@ def predictor(reg: Any, verifier: str, engines: dict[str, Engine], langs: tuple[
             for c in cands for x in cells}
 
 
+def add_live_predictions(rows: list[dict[str, Any]], regs: dict[str, str], verifier: str, engines: dict[str, Engine],
+                         langs: tuple[str, ...], model: dict[tuple[str, str], tuple[float, float, float]],
+                         plen: dict[str, int]) -> None:
+    """``predicted_seconds_live``: the same prediction with the tokens per step the speed model blends from the
+    offline figures and the live counters each router stored during the run (in-sample for acceptance: it
+    shows what the step and prefill model gives once acceptance is known, e.g. for a language no draft was
+    evaluated on)."""
+    from polyspec.registry import open_registry
+
+    live: dict[tuple[str, str, str], float] = {}
+    for system, url in regs.items():
+        with open_registry(url) as reg:
+            live.update({(system, *key): e for key, (e, _, _) in predictor(reg, verifier, engines, langs).items()})
+    for r in rows:
+        e = live.get((r["system"], r["backend"], r["language"]))
+        _, step, prefill = model.get((r["backend"], r["language"]), (None, None, None))
+        seconds = request_seconds(e, step, answer_tokens=r["tokens"], prompt_tokens=plen[r["prompt_id"]],
+                                  prefill_s_per_token=prefill) if e and step and r["ok"] else None
+        r["predicted_seconds_live"] = round(seconds, 4) if seconds else None
+
+
 def run_traffic(urls: dict[str, str], prompts: dict[str, list[tuple[str, str]]], turns: int, max_tokens: int,
-                journal: Path, budget_s: float, extra: Any) -> list[dict[str, Any]]:
+                journal: Path, budget_s: float, extra: Any, end_by: float | None = None) -> list[dict[str, Any]]:
     """Rounds over prompt numbers; in each, every language's prompt to the three routers in a balanced order.
-    No new round starts once ``budget_s`` has passed."""
+    No new round starts once ``budget_s`` has passed, or when the last round's length would end it past
+    ``end_by`` (epoch seconds)."""
     rows: list[dict[str, Any]] = []
-    started = time.monotonic()
+    started, last_round = time.monotonic(), 0.0
     with httpx.Client(timeout=600, limits=httpx.Limits(max_keepalive_connections=0)) as client:
         for lang, items in prompts.items():  # the last prompt of each language: warm every route, not measured
             for system in SYSTEMS:
@@ -221,9 +251,10 @@ def run_traffic(urls: dict[str, str], prompts: dict[str, list[tuple[str, str]]],
                         raise BenchError(f"{system} never answered {lang}: HTTP {row['status']}")
                     time.sleep(2)
         for n in range(turns):
-            if time.monotonic() - started > budget_s:
+            if time.monotonic() - started > budget_s or (end_by and time.time() + last_round > end_by):
                 console.print(f"[yellow]time budget reached after {n} rounds[/]")
                 break
+            round_start = time.monotonic()
             for lang, items in prompts.items():
                 pid, text = items[n]
                 for slot, system in enumerate(rotation(n)):
@@ -232,22 +263,9 @@ def run_traffic(urls: dict[str, str], prompts: dict[str, list[tuple[str, str]]],
                     rows.append(row)
                     with journal.open("a", encoding="utf-8") as f:
                         f.write(json.dumps(row) + "\n")
+            last_round = time.monotonic() - round_start
             console.print(f"  round {n + 1}/{turns} done ({time.monotonic() - started:.0f} s)")
     return rows
-
-
-def plot(d: dict[str, Any], path: Path) -> None:
-    langs, engines = list(d["languages"]), d["weighted"]["engines"]
-    colors = {"no_spec": "#7f7f7f", "specialist_fleet": "#ff7f0e", "planned_fleet": "#1f77b4"}
-    series = [(f"{LABELS[s]} ({engines[s]} engine{'s' if engines[s] > 1 else ''})", colors[s],
-               [d["languages"][lang][f"{s}_tps"] or 0 for lang in langs] + [d["weighted"][f"{s}_tps"] or 0])
-              for s in SYSTEMS]
-    title = f"bench/fleet_plan.py at {d['commit']}: k = {d['settings']['k']}, {d['requests']} requests"
-    fig, ax = tps_bars([*langs, f"weighted ({d['settings']['traffic_label']})"], series, title, size=(11, 4))
-    pred = [(i + 0.26, d["languages"][lang]["predicted_tps"]["planned_fleet"]) for i, lang in enumerate(langs)]
-    ax.scatter([x for x, p in pred if p], [p for _, p in pred if p], marker="_", s=200, color="k",
-               label="planned fleet, predicted", zorder=3)
-    finish_figure(fig, ax, path)
 
 
 def main(
@@ -262,6 +280,7 @@ def main(
     traffic: str = typer.Option(DEMO_TRAFFIC, help="The mix the fleet is planned for and the weighted row's "
                                 "(LANGUAGE=SHARE; default: the demo's); a row equal over every language is added."),
     budget_min: float = typer.Option(60.0, help="No new round starts after this many minutes of traffic."),
+    end_by: Optional[str] = typer.Option(None, help="HH:MM UTC: no new round starts that would end after it."),
     engine_gib: float = typer.Option(3.0, help="Memory one engine takes (KV cache of KV_MIB); the run is refused "
                                      "before anything starts when the engines do not fit in available memory."),
     logs: Path = typer.Option(ROOT / "out" / "fleet_plan-logs"),
@@ -276,6 +295,11 @@ def main(
     if quick:  # a check of the whole path: four engines, three languages, two prompts each
         turns, max_tokens, langs, spec_langs = 2, 16, ("en", "fr", "ja"), ("en", "fr")
         traffic = "en=0.3334,fr=0.3333,ja=0.3333"
+    deadline = None
+    if end_by is not None:
+        hour, _, minute = end_by.partition(":")
+        now = datetime.now(timezone.utc)
+        deadline = now.replace(hour=int(hour), minute=int(minute or 0), second=0, microsecond=0).timestamp()
     t0, machine, verifier = time.monotonic(), machine_info(), prepare_verifier()
     if "en" not in spec_langs:
         raise typer.BadParameter("--specialists must include en (the specialist fleet's default pool)")
@@ -310,12 +334,12 @@ def main(
             model = predictor(reg, verifier.name, engines, langs)
             calibrated_plan = make_plans(reg, verifier.name, cells, plan_engines, k, **settings)[0]
             regs = fleet_registries(work, verifier, engines, fleets, urls, points)
-            routers = {}
+            routers, servers = {}, {}
             for system in SYSTEMS:
                 env = {"POLYSPEC_ROUTER_POLICY": "speed", "POLYSPEC_ROUTER_HEALTH_TIMEOUT_S": "10"}
                 server = start_polyspec(work, regs[system], None, extra_env=env, router_id=system.replace("_", "-"))
                 stack.callback(server.stop)
-                routers[system] = server.url
+                routers[system], servers[system] = server.url, server
             logs.mkdir(parents=True, exist_ok=True)
             journal = logs / "requests.jsonl"
             journal.unlink(missing_ok=True)
@@ -328,7 +352,10 @@ def main(
                         "predicted_seconds": round(seconds, 4) if seconds else None,
                         "mem_available_gib": round(psutil.virtual_memory().available / 2**30, 2)}
 
-            rows = run_traffic(routers, prompts, turns, max_tokens, journal, budget_min * 60, extra)
+            rows = run_traffic(routers, prompts, turns, max_tokens, journal, budget_min * 60, extra, deadline)
+            for server in servers.values():
+                server.stop()  # a router flushes its live counters to its registry as it stops
+            add_live_predictions(rows, regs, verifier.name, engines, langs, model, plen)
     except BenchError as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(1) from None
@@ -342,6 +369,7 @@ def main(
                      "specialists": list(spec_langs), "plan_engines": plan_engines, "traffic": traffic,
                      "traffic_label": "the demo's traffic" if traffic == DEMO_TRAFFIC else f"traffic {traffic}", "kv_cache_mib": KV_MIB, "calibrate": calibrate,
                      "orders": "rounds, each prompt to the three routers in balanced orders",
+                     "rounds": max((r["round"] for r in rows), default=-1) + 1,
                      "tokens_per_s": "output tokens / client wall time (router, prefill and decode), summed per cell",
                      "ci95": "planned_fleet / no_spec tokens/s, paired bootstrap over prompts (2,000 resamples)",
                      "prompts": {lang: "mtbench first turns" if not prompts[lang][0][0].startswith("more-")

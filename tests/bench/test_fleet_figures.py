@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from bench.fleet_figures import (
-    ORDERS, SYSTEMS, fleet_plan_md, fleet_plan_summary, language_figures, predicted_tps, rotation, targets,
+    ORDERS, SYSTEMS, fleet_plan_md, fleet_plan_summary, language_figures, plot, predicted_tps, rotation, targets,
     weighted_figures, weighted_ratio,
 )
 
@@ -113,7 +113,5 @@ def test_markdown_shows_every_language_the_weighted_rows_and_the_verdicts() -> N
 
 
 def test_plot_is_drawn(tmp_path) -> None:
-    from bench.fleet_plan import plot
-
     plot(run(), tmp_path / "fleet.png")
     assert (tmp_path / "fleet.png").stat().st_size > 10_000

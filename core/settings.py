@@ -32,6 +32,12 @@ class Settings(BaseSettings):
         "Measured on 2 CPU cores with an Eagle3 draft: ready in 26 s instead of 74 s (compile cache warm) "
         "or 120 s (cold), 64 tokens in 1.53 s instead of 1.43 s. For tests and quick trials, not for speed figures.",
     )
+    max_draft_bytes: int = Field(
+        default=25_000_000,
+        gt=0,
+        description="Largest weights file (model.safetensors) a training run may make: a run whose predicted draft "
+        "is larger is refused before any stage. The default is the cap on a draft shipped in git.",
+    )
 
     def model_post_init(self, __context: object) -> None:
         self.home = self.home.expanduser()

@@ -15,9 +15,12 @@ from polyspec.core.errors import PolyspecError
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from polyspec.models.draft_build import DEFAULT_SAVE_DTYPE
 
 if TYPE_CHECKING:
     from polyspec.models.verifiers import VerifierInfo
@@ -247,4 +250,79 @@ def vocab_size_within(path: str | Path, max_bytes: int) -> int:
     if not per_token:
         raise DraftInvalid(f"{info.path} has no lm_head.weight or d2t: its vocabulary size cannot be grown")
     fixed = sum(f.stat().st_size for f in files) - per_token * info.draft_vocab_size
+    return _vocab_within(fixed, per_token, max_bytes)
+
+
+def _vocab_within(fixed: int, per_token: int, max_bytes: int) -> int:
     return max(0, (max_bytes - fixed - _HEADER_SLACK) // per_token)
+
+
+_SAVE_DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}  # torch name -> safetensors code
+
+
+def _verifier_text_config(verifier: Mapping[str, Any] | str | Path) -> Mapping[str, Any]:
+    """The verifier's config (a mapping, or read from DIR/config.json); a multimodal one's text_config."""
+    if not isinstance(verifier, Mapping):
+        cfg_path = Path(verifier).expanduser() / "config.json"
+        try:
+            verifier = json.loads(cfg_path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise DraftError(f"verifier config {cfg_path} is unreadable: {exc}") from exc
+    return verifier.get("text_config") or verifier  # type: ignore[union-attr]
+
+
+def draft_tensor_shapes(verifier: Mapping[str, Any] | str | Path, draft_vocab_size: int, num_layers: int = 1,
+                        dtype: str = DEFAULT_SAVE_DTYPE, num_aux: int = 3) -> dict[str, tuple[str, list[int]]]:
+    """name -> (safetensors dtype, shape) of every tensor models.draft_build.save_draft writes for an Eagle3 draft of
+    this verifier: the first decoder layer reads [embedding, hidden] (2 x hidden wide), the others hidden; the
+    layer sizes are the verifier's (speculators' create_transformer_layer_config); embed_tokens is not saved."""
+    text = _verifier_text_config(verifier)
+    if dtype not in _SAVE_DTYPES:
+        raise DraftError(f"draft dtype {dtype!r}: expected one of {', '.join(_SAVE_DTYPES)}")
+    try:
+        hidden, target_vocab, heads = int(text["hidden_size"]), int(text["vocab_size"]), int(text["num_attention_heads"])
+        kv_heads = int(text.get("num_key_value_heads") or heads)
+        head_dim = int(text.get("head_dim") or hidden // heads)
+        inter = int(text.get("intermediate_size") or 3 * hidden)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DraftError(f"verifier config lacks the sizes of a decoder ({exc})") from exc
+    f = _SAVE_DTYPES[dtype]
+    shapes = {"d2t": ("I64", [draft_vocab_size]), "t2d": ("BOOL", [target_vocab]),
+              "lm_head.weight": (f, [draft_vocab_size, hidden]), "fc.weight": (f, [hidden, num_aux * hidden]),
+              "input_norm.weight": (f, [num_aux * hidden]), "norm.weight": (f, [hidden])}
+    for i in range(num_layers):
+        width, layer = (2 * hidden if i == 0 else hidden), f"layers.{i}."
+        shapes.update({
+            layer + "self_attn.q_proj.weight": (f, [heads * head_dim, width]),
+            layer + "self_attn.k_proj.weight": (f, [kv_heads * head_dim, width]),
+            layer + "self_attn.v_proj.weight": (f, [kv_heads * head_dim, width]),
+            layer + "self_attn.o_proj.weight": (f, [hidden, heads * head_dim]),
+            layer + "mlp.gate_proj.weight": (f, [inter, hidden]), layer + "mlp.up_proj.weight": (f, [inter, hidden]),
+            layer + "mlp.down_proj.weight": (f, [hidden, inter]),
+            layer + "input_layernorm.weight": (f, [hidden]), layer + "post_attention_layernorm.weight": (f, [hidden]),
+            **({layer + "hidden_norm.weight": (f, [hidden])} if i == 0 else {}),
+        })
+    return shapes
+
+
+def predict_draft_bytes(verifier: Mapping[str, Any] | str | Path, draft_vocab_size: int, num_layers: int = 1,
+                        dtype: str = DEFAULT_SAVE_DTYPE) -> int:
+    """The size of the model.safetensors an Eagle3 draft of this verifier (its config, or its directory) with
+    ``draft_vocab_size`` tokens and ``num_layers`` decoder layers saved in ``dtype`` will have: its tensors
+    (:func:`draft_tensor_shapes`) and the safetensors header that lists them."""
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, (code, shape) in sorted(draft_tensor_shapes(verifier, draft_vocab_size, num_layers, dtype).items()):
+        size = int(np.prod(shape, dtype=np.int64)) * _DTYPE_BYTES[code]
+        header[name] = {"dtype": code, "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    header_len = len(json.dumps(header, separators=(",", ":")))
+    return 8 + header_len + (-header_len) % 8 + offset  # 8-byte length, the header padded to 8 bytes, the data
+
+
+def max_draft_vocab(verifier: Mapping[str, Any] | str | Path, max_bytes: int, num_layers: int = 1,
+                    dtype: str = DEFAULT_SAVE_DTYPE) -> int:
+    """The largest draft vocabulary whose predicted weights file (:func:`predict_draft_bytes`) is within
+    ``max_bytes`` (0 when not even the tensors independent of the vocabulary fit)."""
+    one, two = (predict_draft_bytes(verifier, n, num_layers, dtype) for n in (1, 2))
+    return _vocab_within(one - (two - one), two - one, max_bytes)

@@ -20,7 +20,7 @@ from typing import Any
 
 from polyspec.core.errors import IntegrityError, InvalidInput, NotFoundError
 from polyspec.core.languages import UnknownLanguage, normalize_languages
-from polyspec.core.settings import get_settings
+from polyspec.core.settings import Settings, get_settings
 from polyspec.models.checksums import verify_tree
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "drafts"  # exists in a source checkout only
@@ -28,7 +28,8 @@ MANIFEST = SHIPPED_DIR / "manifest.json"
 ENTRY_FILE = "manifest.json"  # beside a pulled draft: its own entry (name, checksums, evaluations, ...)
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
-MAX_WEIGHTS_BYTES = 25_000_000  # a shipped draft's model.safetensors: the brief's 25 MB cap on binaries in git
+# a shipped draft's model.safetensors: the brief's 25 MB cap on binaries in git (the default of the training limit)
+MAX_WEIGHTS_BYTES: int = Settings.model_fields["max_draft_bytes"].default
 
 # A draft name becomes a directory name: one path component, no leading dot (no "..", no hidden dirs).
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")

@@ -26,7 +26,7 @@ from polyspec.training import distributed
 from polyspec.training.cli_options import knob_signature_source, knobs_to_config
 from polyspec.training.config import STAGES
 from polyspec.training.fit import resolve_device
-from polyspec.training.pipeline import run_pipeline, start_run
+from polyspec.training.pipeline import resolve_inputs, run_pipeline, start_run
 from polyspec.training.plan import config_from_plan
 from polyspec.training.run_guard import discard_on_input_error, note_input_error
 from polyspec.training.runs import Run, reuse_stages, runs_root
@@ -63,6 +63,7 @@ def _open_or_create(check: Any = None, **knobs: Any) -> Any:
     config = knobs_to_config(knobs, saved)
     if check is not None:
         check(config)
+    resolve_inputs(config)  # a bad verifier or parent, or a draft over the size limit, fails before the run exists
     source = Run.open(reuse_from) if reuse_from else None  # before creating: a bad name leaves nothing behind
     run = start_run(config, resume=resume)
     if source is not None:
@@ -243,6 +244,7 @@ def _plan(language: str, **options: Any) -> None:
     if show:
         typer.echo(config.model_dump_json(indent=2))
         return
+    resolve_inputs(config)
     run = start_run(config, resume=options["resume"])
     with discard_on_input_error(run, fresh=not options["resume"]):
         summaries = run_pipeline(run)

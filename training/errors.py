@@ -54,3 +54,7 @@ class PlanError(TrainingError, InvalidInput):
 
 class WorkerInputError(TrainingError, InvalidInput):
     """A torchrun worker refused the run's input; the message is the worker's."""
+
+
+class DraftTooLarge(TrainingError, InvalidInput):
+    """The run would make a draft whose weights file exceeds the size limit (POLYSPEC_MAX_DRAFT_BYTES)."""

@@ -27,6 +27,7 @@ from polyspec.training import answer_stage
 from polyspec.training import hidden_states as hs
 from polyspec.training.config import STAGES, RunConfig
 from polyspec.training.distributed import sharded_stage
+from polyspec.training.draft_size import check_draft_size
 from polyspec.training.errors import ParentDraftError, TrainingError
 from polyspec.training.eval_stage import run_evaluation
 from polyspec.training.fit import resolve_device, run_fit
@@ -84,8 +85,9 @@ def _parent_from_registry(ref: str) -> Path:
     return Path(record.location)
 
 
-def make_context(run: Run, home: Path | None = None, world: Any = None) -> Context:
-    cfg = run.config
+def resolve_inputs(cfg: RunConfig) -> tuple[Any, Path | None]:
+    """The run's verifier and parent draft, each checked, and the draft they make checked against the size limit
+    (training.draft_size): from the configs alone, before a run directory or any stage."""
     try:
         verifier = resolve_verifier(cfg.verifier)
     except VerifierError as exc:
@@ -93,6 +95,13 @@ def make_context(run: Run, home: Path | None = None, world: Any = None) -> Conte
     if cfg.mode == "finetune" and not cfg.parent_draft:
         raise ParentDraftError("mode finetune needs a parent draft (--from DRAFT)")
     parent = resolve_parent(cfg.parent_draft, verifier)
+    check_draft_size(cfg, verifier, parent)
+    return verifier, parent
+
+
+def make_context(run: Run, home: Path | None = None, world: Any = None) -> Context:
+    cfg = run.config
+    verifier, parent = resolve_inputs(cfg)
     aux = cfg.hidden.aux_layer_ids or default_aux_layers(verifier.num_layers)
     if parent is not None and cfg.mode == "finetune":
         from polyspec.models.drafts import inspect_draft

@@ -30,6 +30,8 @@ from polyspec.models.drafts import draft_token_ids
 from polyspec.models.vocab_ref import english_top_token_ids
 from polyspec.training.runs import console
 
+DEFAULT_VOCAB_SIZE = 8192  # a one-language draft's vocabulary when neither --draft-vocab-size nor a parent sets it
+
 
 def count_tokens(rows: list[dict[str, Any]]) -> Counter[int]:
     """Frequencies of assistant tokens (loss_mask == 1) — speculators' token_freq definition."""
@@ -84,7 +86,7 @@ def build_vocab(out_dir: Path, answers_path: Path, cfg: RunConfig, verifier: Any
     freq = count_tokens(rows)
     torch.save(dict(freq), out_dir / "token_freq.pt")
     parent_ids = draft_token_ids(parent) if parent else None
-    size = cfg.vocab.draft_vocab_size or (len(parent_ids) if parent_ids else 8192)
+    size = cfg.vocab.draft_vocab_size or (len(parent_ids) if parent_ids else DEFAULT_VOCAB_SIZE)
     if cfg.mode == "finetune" and parent_ids and cfg.vocab.draft_vocab_size not in (None, len(parent_ids)):
         raise ParentDraftError(f"mode finetune keeps the parent's {len(parent_ids)}-token vocabulary; "
                                f"--draft-vocab-size {cfg.vocab.draft_vocab_size} needs a from-scratch mode")

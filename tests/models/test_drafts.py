@@ -10,7 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from polyspec.models.drafts import DraftInvalid, draft_token_ids, inspect_draft, load_t2d
+from polyspec.models.drafts import (
+    DraftError, DraftInvalid, draft_tensor_shapes, draft_token_ids, inspect_draft, load_t2d, max_draft_vocab,
+    predict_draft_bytes, vocab_size_within,
+)
+from polyspec.models.shipped import MAX_WEIGHTS_BYTES, checkout_drafts
 
 
 @pytest.fixture()
@@ -96,3 +100,32 @@ def test_d2t_t2d_disagreement(draft_copy: Path) -> None:
 def test_drafts_module_is_torch_free() -> None:
     code = "import sys, models.drafts, models.checksums, models.vllm_engine; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+@pytest.mark.parametrize("draft", checkout_drafts(), ids=lambda d: d.name)
+def test_predicted_size_of_each_shipped_draft(draft, verifier) -> None:
+    """From the verifier's config, the vocabulary and the layers alone: every tensor the shipped draft holds, and
+    its weights file's size within 1 %."""
+    info = inspect_draft(draft.path, verifier)
+    real = (draft.path / "model.safetensors").stat().st_size
+    predicted = predict_draft_bytes(verifier.path, info.draft_vocab_size, info.num_layers)
+    assert abs(predicted - real) <= 0.01 * real, (draft.name, predicted, real)
+    shapes = draft_tensor_shapes(verifier.path, info.draft_vocab_size, info.num_layers)
+    assert {name: shape for name, (_, shape) in shapes.items()} == info.tensor_shapes
+
+
+def test_largest_vocabulary_within_a_limit(verifier) -> None:
+    multi = next(d for d in checkout_drafts() if d.role == "multilingual")
+    room = max_draft_vocab(verifier.path, MAX_WEIGHTS_BYTES)
+    assert room == vocab_size_within(multi.path, MAX_WEIGHTS_BYTES) == 12729  # a token: 576 bf16 + one int64 = 1,160 B
+    assert predict_draft_bytes(verifier.path, room) <= MAX_WEIGHTS_BYTES < predict_draft_bytes(verifier.path, room + 1)
+    assert predict_draft_bytes(verifier.path, 8192, num_layers=2) > MAX_WEIGHTS_BYTES  # a second layer: 7.1 MB
+    assert max_draft_vocab(verifier.path, MAX_WEIGHTS_BYTES, num_layers=9) == 0
+    assert predict_draft_bytes(verifier.path, 8192, dtype="float32") > 1.9 * predict_draft_bytes(verifier.path, 8192)
+
+
+def test_prediction_refuses_an_unknown_dtype_or_a_config_without_sizes(verifier) -> None:
+    with pytest.raises(DraftError, match="draft dtype 'int4'"):
+        predict_draft_bytes(verifier.path, 8192, dtype="int4")
+    with pytest.raises(DraftError, match="lacks the sizes of a decoder"):
+        predict_draft_bytes({"vocab_size": 100}, 16)

@@ -101,8 +101,8 @@ def test_warm_start_grows_the_parent_vocabulary_from_the_verifier(verifier, base
 
 # ---- hostile input through the CLI ---------------------------------------------------------------------------
 
-def _cli(*args: str, home: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "POLYSPEC_HOME": str(home)}
+def _cli(*args: str, home: Path, **settings: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "POLYSPEC_HOME": str(home), **settings}
     return subprocess.run([sys.executable, "-m", "polyspec.cli", "train", "run", *args], capture_output=True, text=True,
                           env=env, cwd=REPO, timeout=170)
 
@@ -140,6 +140,22 @@ def test_cli_refuses_a_language_without_prompts_and_a_foreign_parent(tmp_path: P
     parent = _cli("--languages", "en,fr", "--prompts", str(en), "--prompts", str(fr), "--from", str(foreign), *common,
                   home=tmp_path)
     _refused(parent, f"parent draft {foreign} cannot be used with verifier", tmp_path)
+    _no_registry_rows(registry_url)
+
+
+def test_cli_refuses_a_draft_over_the_size_limit(tmp_path: Path, shared_data: Path, verifier, base_draft_dir: Path,
+                                                 registry_url: str) -> None:
+    """Before any stage: a vocabulary too large for 25 MB, and a warm start grown beyond a lower limit."""
+    en = write_jsonl(tmp_path / "en.jsonl", pack_rows(shared_data, "en", "general", 4))
+    fr = write_jsonl(tmp_path / "fr.jsonl", pack_rows(shared_data, "fr", "general", 4))
+    common = ("--languages", "en,fr", "--prompts", str(en), "--prompts", str(fr), "--verifier", str(verifier.path),
+              "--run-id", "big")
+    _refused(_cli(*common, "--draft-vocab-size", "40000", home=tmp_path),
+             "--draft-vocab-size 40000 gives a 56.6 MB draft; the limit is 25 MB (at most 12,729 tokens with 1 layer)",
+             tmp_path)
+    grown = _cli(*common, "--from", str(base_draft_dir), home=tmp_path, POLYSPEC_MAX_DRAFT_BYTES="22000000")
+    _refused(grown, f"the default 12,288-token merged vocabulary, grown from the 8,192 of parent draft {base_draft_dir}, "
+             "gives a 24.5 MB draft; the limit is 22 MB (at most 10,143 tokens with 1 layer)", tmp_path)
     _no_registry_rows(registry_url)
 
 

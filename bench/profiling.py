@@ -25,7 +25,8 @@ CATEGORIES = {
         "router/edge/asgi.py", "router/engine/stream.py", "router/engine/job.py"),
     "router telemetry (router/telemetry.py)": ("router/telemetry.py",),
     "prometheus_client": ("prometheus_client/",),
-    "upstream client (router/engine/engine_http.py; aiohttp, httpx before)": ("router/engine/engine_http.py", "aiohttp/", "httpx/", "httpcore/"),
+    "upstream client (router/engine/engine_http.py; aiohttp, httpx before)": (
+        "router/engine/engine_http.py", "router/engine/connections.py", "aiohttp/", "httpx/", "httpcore/"),
     "starlette/fastapi": ("starlette/", "fastapi/"),
     "uvicorn protocol": ("uvicorn/protocols",),
     "json encode/decode": ("json/",),

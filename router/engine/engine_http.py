@@ -7,7 +7,8 @@ uvicorn server in front), a bare relay on aiohttp's client cost 0.26-0.44 ms of 
 the same relay on this module 0.14-0.30 ms; pyreqwest (Rust, its own thread) 0.23-0.45 ms. The router
 needs little of a general client: HTTP/1.1 to engines it knows, a POST of a body it holds whole, GETs for
 health probes, and an answer read whole or chunk by chunk. Parsing is httptools' (llhttp, the parser of
-uvicorn and Node.js); this module owns only connections, pools and timeouts.
+uvicorn and Node.js); this module (with router.engine.connections, which holds the connections
+and pools) owns only connections, pools and timeouts.
 
 What it keeps from the aiohttp session it replaced:
 
@@ -34,77 +35,20 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from polyspec.router.engine.connections import (
+    Connection, EngineConnectError, EngineDisconnected, EngineIOError, EnginePool, EngineProtocolError,
+    EngineStatusError, EngineTimeout,
+)
+
+# The errors are the connections' (router.engine.connections); callers import them from here, with the client.
+__all__ = ["HIGH_WATER", "HOP_BY_HOP", "EngineClient", "EngineConnectError", "EngineDisconnected", "EngineIOError",
+           "EngineProtocolError", "EngineStatusError", "EngineTimeout", "Response", "header_lines"]
+
 HIGH_WATER = 256 * 1024  # unread bytes of one answer before reading from the engine pauses
 # The one list of headers never passed on to an engine: hop-by-hop ones, and those this client sets itself
 # (host, content-length) or never honours (expect: it does not wait for 100-continue).
 HOP_BY_HOP = frozenset({"host", "content-length", "transfer-encoding", "connection", "keep-alive", "expect", "te",
                         "trailer", "upgrade", "proxy-connection"})
-
-
-class EngineIOError(Exception):
-    """An engine could not be reached, broke its answer, or was too slow."""
-
-
-class EngineConnectError(EngineIOError):
-    """No connection to the engine (refused, unreachable, DNS)."""
-
-
-class EngineDisconnected(EngineIOError):
-    """The engine closed the connection before its answer was complete."""
-
-
-class EngineProtocolError(EngineIOError):
-    """The engine's bytes are not a valid HTTP/1.1 answer."""
-
-
-class EngineTimeout(EngineIOError, TimeoutError):
-    """The engine (or a free connection to it) did not come within the timeout."""
-
-
-class EngineStatusError(EngineIOError):
-    """A probe got an HTTP error status."""
-
-
-class _Connection(asyncio.Protocol):
-    """One TCP connection to an engine, carrying one answer at a time."""
-
-    def __init__(self, pool: _Pool) -> None:
-        self.pool = pool
-        self.transport: asyncio.Transport | None = None
-        self.answer: Response | None = None
-        self.closed = False
-        self.idle_timer: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def data_received(self, data: bytes) -> None:
-        answer = self.answer
-        if answer is None or answer.complete:  # bytes nobody asked for: the connection cannot be trusted any more
-            self.close()
-            return
-        try:
-            answer.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            answer.fail(EngineProtocolError("the engine switched protocols"))
-            self.close()
-        except httptools.HttpParserError as exc:
-            answer.fail(EngineProtocolError(f"invalid HTTP answer: {exc}"))
-            self.close()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        if self.idle_timer is not None:
-            self.idle_timer.cancel()
-        if self.answer is not None:
-            self.answer.connection_lost(exc)
-        else:
-            self.pool.forget_idle(self)
-
-    def close(self) -> None:
-        if self.transport is not None and not self.closed:
-            self.closed = True
-            self.transport.close()
 
 
 class Response:
@@ -116,7 +60,7 @@ class Response:
                  "_headers_done", "_delimited", "_keep_alive", "_error", "_waiter", "_timer", "_last", "_read_timeout_s",
                  "_loop", "_finished")
 
-    def __init__(self, conn: _Connection, pool: _Pool, read_timeout_s: float, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, conn: Connection, pool: EnginePool, read_timeout_s: float, loop: asyncio.AbstractEventLoop) -> None:
         self._conn = conn
         self._pool = pool
         self.parser = httptools.HttpResponseParser(self)
@@ -267,118 +211,6 @@ class Response:
             self._pool.discard(conn)
 
 
-class _Pool:
-    """The connections to one engine: idle ones (newest first), and at most ``limit`` open in all."""
-
-    def __init__(self, host: str, port: int, tls: ssl.SSLContext | None, limit: int, keepalive_s: float,
-                 connect_timeout_s: float) -> None:
-        self.host, self.port, self.tls = host, port, tls
-        self.limit = limit
-        self.keepalive_s = keepalive_s
-        self.connect_timeout_s = connect_timeout_s
-        self.idle: list[_Connection] = []
-        self.open = 0  # connections counted against the limit: idle, busy or being opened
-        self.waiters: collections.deque[asyncio.Future[_Connection | None]] = collections.deque()
-        self.counted: set[_Connection] = set()
-
-    def take_idle(self) -> _Connection | None:
-        while self.idle:
-            conn = self.idle.pop()
-            if conn.idle_timer is not None:
-                conn.idle_timer.cancel()
-                conn.idle_timer = None
-            if not conn.closed and conn.transport is not None and not conn.transport.is_closing():
-                return conn
-            self._uncount(conn)
-        return None
-
-    async def acquire(self, loop: asyncio.AbstractEventLoop, wait_s: float) -> _Connection:
-        conn = self.take_idle()
-        if conn is not None:
-            return conn
-        if self.open >= self.limit:
-            conn = await self._wait_turn(loop, wait_s)
-            if conn is not None:
-                return conn  # else a slot was kept for this request (`_slot_freed`)
-        else:
-            self.open += 1  # a slot of its own, taken before the connect so that others count it
-        try:
-            async with asyncio.timeout(self.connect_timeout_s):
-                _, conn = await loop.create_connection(lambda: _Connection(self), self.host, self.port, ssl=self.tls)
-        except TimeoutError:
-            self._slot_freed()
-            raise EngineTimeout(f"connecting to {self.host}:{self.port} took over {self.connect_timeout_s:g} s") from None
-        except OSError as exc:
-            self._slot_freed()
-            raise EngineConnectError(f"cannot connect to {self.host}:{self.port} ({exc})") from exc
-        except BaseException:
-            self._slot_freed()
-            raise
-        self.counted.add(conn)
-        return conn
-
-    async def _wait_turn(self, loop: asyncio.AbstractEventLoop, wait_s: float) -> _Connection | None:
-        """Wait for an idle connection (returned) or a free slot (None)."""
-        turn: asyncio.Future[_Connection | None] = loop.create_future()
-        self.waiters.append(turn)
-        try:
-            async with asyncio.timeout(wait_s):
-                return await turn
-        except BaseException as exc:
-            if turn.done() and not turn.cancelled():
-                self._pass_on(turn.result())  # handed over, then timed out or cancelled: the next in line's
-            else:
-                turn.cancel()
-            if isinstance(exc, TimeoutError):
-                raise EngineTimeout(f"no free connection to {self.host}:{self.port} within {wait_s:g} s "
-                                    f"({self.limit} in use)") from None
-            raise
-
-    def _pass_on(self, conn: _Connection | None) -> None:
-        if conn is None:
-            self._slot_freed()
-        else:
-            self.put_back(conn)
-
-    def put_back(self, conn: _Connection) -> None:
-        while self.waiters:
-            turn = self.waiters.popleft()
-            if not turn.done():
-                turn.set_result(conn)
-                return
-        conn.idle_timer = asyncio.get_running_loop().call_later(self.keepalive_s, conn.close)
-        self.idle.append(conn)
-
-    def discard(self, conn: _Connection) -> None:
-        """A connection that will not be reused (closed or closing)."""
-        self._uncount(conn)
-
-    def forget_idle(self, conn: _Connection) -> None:
-        """An idle connection closed (keep-alive ended, or the engine closed it)."""
-        if conn in self.idle:
-            self.idle.remove(conn)
-        self._uncount(conn)
-
-    def _uncount(self, conn: _Connection) -> None:
-        if conn in self.counted:
-            self.counted.discard(conn)
-            self._slot_freed()
-
-    def _slot_freed(self) -> None:
-        self.open -= 1
-        while self.waiters:
-            turn = self.waiters.popleft()
-            if not turn.done():
-                self.open += 1  # the waiter opens a connection of its own in this slot
-                turn.set_result(None)
-                return
-
-    def close(self) -> None:
-        for conn in list(self.idle):
-            conn.close()
-        self.idle.clear()
-
-
 class EngineClient:
     """HTTP/1.1 requests to engines, over one keep-alive pool per engine (see the module docstring)."""
 
@@ -387,12 +219,12 @@ class EngineClient:
         self.limit = limit_per_engine
         self.keepalive_s = keepalive_s
         self.connect_timeout_s = connect_timeout_s
-        self._pools: dict[tuple[str, str, int], _Pool] = {}
-        self._targets: dict[str, tuple[_Pool, bytes, bytes]] = {}  # URL -> (pool, path, Host header line)
+        self._pools: dict[tuple[str, str, int], EnginePool] = {}
+        self._targets: dict[str, tuple[EnginePool, bytes, bytes]] = {}  # URL -> (pool, path, Host header line)
         self._default = header_lines(default_headers or {})
         self._tls: ssl.SSLContext | None = None
 
-    def _target(self, url: str) -> tuple[_Pool, bytes, bytes]:
+    def _target(self, url: str) -> tuple[EnginePool, bytes, bytes]:
         target = self._targets.get(url)
         if target is not None:
             return target
@@ -410,7 +242,7 @@ class EngineClient:
         key = (parts.scheme, parts.hostname, port)
         pool = self._pools.get(key)
         if pool is None:
-            pool = self._pools[key] = _Pool(parts.hostname, port, tls, self.limit, self.keepalive_s,
+            pool = self._pools[key] = EnginePool(parts.hostname, port, tls, self.limit, self.keepalive_s,
                                             self.connect_timeout_s)
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         target = (pool, path.encode("latin-1"), f"Host: {parts.netloc}\r\n".encode("latin-1"))

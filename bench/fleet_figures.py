@@ -235,12 +235,30 @@ def plot(d: dict[str, Any], path: Path) -> None:
     finish_figure(fig, ax, path)
 
 
+DOCS = {"benchmarks.md": ("<!-- fleet_plan tables: bench/fleet_figures.py -->", "<!-- end of fleet_plan tables -->"),
+        "speed.md": ("<!-- fleet_plan summary: bench/fleet_figures.py --summary -->", "<!-- end of fleet_plan summary -->")}
+
+
+def write_docs(d: dict[str, Any], docs: Path) -> None:
+    """Replace the blocks between DOCS' markers with the run's section and summary."""
+    for name, (begin, end) in DOCS.items():
+        page = (docs / name).read_text(encoding="utf-8")
+        if begin not in page or end not in page:
+            raise SystemExit(f"{docs / name} lacks the markers {begin} ... {end}")
+        head, rest = page.split(begin, 1)
+        body = fleet_plan_summary(d) if name == "speed.md" else fleet_plan_md(d)
+        (docs / name).write_text(f"{head}{begin}\n\n{body}\n\n{end}{rest.split(end, 1)[1]}", encoding="utf-8")
+
+
 def main(argv: list[str]) -> None:
-    """``bench/fleet_figures.py [--summary] [JSON]``: docs/benchmarks.md's section (with --summary, docs/speed.md's
-    paragraph) from a run's JSON (default: the committed docs/benchmarks/fleet_plan.json)."""
-    args = [a for a in argv if a != "--summary"]
+    """``bench/fleet_figures.py [--summary | --docs] [JSON]``: docs/benchmarks.md's section (--summary: docs/speed.md's
+    paragraph; --docs: both written into the pages) from a run's JSON (default: docs/benchmarks/fleet_plan.json)."""
+    args = [a for a in argv if not a.startswith("--")]
     d = json.loads((Path(args[0]) if args else OUT_DIR / "fleet_plan.json").read_text(encoding="utf-8"))
-    print(fleet_plan_summary(d) if "--summary" in argv else fleet_plan_md(d))
+    if "--docs" in argv:
+        write_docs(d, OUT_DIR.parent)
+    else:
+        print(fleet_plan_summary(d) if "--summary" in argv else fleet_plan_md(d))
 
 
 if __name__ == "__main__":

@@ -115,3 +115,19 @@ def test_markdown_shows_every_language_the_weighted_rows_and_the_verdicts() -> N
 def test_plot_is_drawn(tmp_path) -> None:
     plot(run(), tmp_path / "fleet.png")
     assert (tmp_path / "fleet.png").stat().st_size > 10_000
+
+
+def test_docs_blocks_are_replaced_in_place(tmp_path) -> None:
+    from bench.fleet_figures import DOCS, write_docs
+
+    for name, (begin, end) in DOCS.items():
+        (tmp_path / name).write_text(f"before\n{begin}\nold figures\n{end}\nafter\n", encoding="utf-8")
+    write_docs(run(), tmp_path)
+    write_docs(run(), tmp_path)  # twice: the same page
+    page = (tmp_path / "benchmarks.md").read_text(encoding="utf-8")
+    assert page.startswith("before\n") and page.endswith("after\n") and "old figures" not in page
+    assert fleet_plan_md(run()) in page and page.count("| fr | 6 |") == 1
+    assert fleet_plan_summary(run()) in (tmp_path / "speed.md").read_text(encoding="utf-8")
+    (tmp_path / "speed.md").write_text("no markers", encoding="utf-8")
+    with pytest.raises(SystemExit, match="lacks the markers"):
+        write_docs(run(), tmp_path)

@@ -10,7 +10,8 @@
 - ``router.engine.backends``: replicas: in-flight counts, served models, health with hysteresis.
 - ``router.engine.upstream``, ``router.engine.engine_http``: the HTTP client to the engines.
 - ``router.engine.proxy``: forwarding, failover before the first byte (``router.engine.stream``: SSE pass-through;
-  ``router.edge.asgi``: the plain-ASGI plumbing of the completion endpoints; ``router.engine.job``: per-request bookkeeping).
+  ``router.edge.asgi``: the plain-ASGI plumbing of the completion endpoints; ``router.engine.job``: per-request
+  bookkeeping).
 - ``router.edge.server``: uvicorn with a SIGTERM drain and request-head limits (what `polyspec serve` runs).
 - ``router.capture``: opt-in prompt capture, off the request path, with caps and rotation.
 - ``router.telemetry``: acceptance aggregates, Prometheus metrics, ``snapshot(app)`` for the dashboard.

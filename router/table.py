@@ -63,8 +63,9 @@ class Pool:
 class TableMemo:
     """Values computed on demand from one table (and the live counters) and kept with it, each map bounded
     by `MEMO_LIMIT`: the speed policy's tokens per step keyed by the live counts they depend on
-    (router.decision.speed), and the pools covering a set of likely labels (router.decision.routing.unsure_pools). The table's
-    own fields never change; a new table starts with an empty memo."""
+    (router.decision.speed), and the pools covering a set of likely labels
+    (router.decision.routing.unsure_pools). The table's own fields never change; a new table starts with an
+    empty memo."""
 
     __slots__ = ("speed", "unsure")
 
@@ -75,10 +76,12 @@ class TableMemo:
 
 @dataclass(frozen=True, eq=False)
 class RoutingTable:
-    """Built once per refresh and never changed: every lookup the hot path makes of it is derived here, once,
-    so a request reads fields instead of rebuilding sets per call.
+    """Built once per registry change and never changed: every lookup the hot path makes of it is derived
+    here, once, so a request reads fields instead of rebuilding sets per call (a refresh that finds the
+    registry unchanged keeps the table it has: router.runtime, `routes_as`).
 
-    ``canaries``: replica URL -> (language, share) of the deployments `polyspec adapt` marked (router.decision.canary).
+    ``canaries``: replica URL -> (language, share) of the deployments `polyspec adapt` marked
+    (router.decision.canary).
     """
 
     pools: tuple[Pool, ...]
@@ -91,7 +94,7 @@ class RoutingTable:
     pin_domains: frozenset[str] = field(init=False)  # what a client may pin: the built-in domains and the pools'
     langid_labels: LabelSet = field(init=False)  # what language ID may answer: ``known_languages``
     default_pools: tuple[Pool, ...] = field(init=False)
-    no_spec_pools: tuple[Pool, ...] = field(init=False)  # pools without speculation (router.decision.speed.extra_pools)
+    no_spec_pools: tuple[Pool, ...] = field(init=False)  # pools without speculation (decision.speed.extra_pools)
     memo: TableMemo = field(init=False, repr=False)
     _tiers: dict[tuple[str, str], tuple[Pool, ...]] = field(init=False, repr=False)
     _replicas: tuple[Replica, ...] = field(init=False, repr=False)

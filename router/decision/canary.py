@@ -8,8 +8,8 @@ moved last, so it can still take a request whose other replicas all failed. Prom
 the pool competes like any other.
 
 Wired in two places: ``router.runtime.RouterRuntime._refresh`` builds each new table with
-``canaries_of(deployments)`` (``RoutingTable.canaries``), and ``router.decision.routing.route`` calls ``apply`` after the
-ranking (either policy).
+``canaries_of(deployments)`` (``RoutingTable.canaries``), and ``router.decision.routing.route`` calls ``apply``
+after the ranking (either policy).
 
 Cost: one dict lookup per replica of the ranked pools, nothing when there is no canary.
 """

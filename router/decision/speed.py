@@ -186,8 +186,8 @@ def candidate(pool: Pool, language: str, domain: str, inputs: SpeedInputs,
 
 def rank(pools_mal_order: list[Pool], extra: list[Pool], language: str, domain: str, inputs: SpeedInputs,
          memo: SpeedMemo | None = None) -> Ranking:
-    """``pools_mal_order``: the MAL policy's candidates in its order (router.decision.policy.candidate_pools); ``extra``:
-    the other pools that may serve the request (``extra_pools``). ``memo``: the routing table's
+    """``pools_mal_order``: the MAL policy's candidates in its order (router.decision.policy.candidate_pools);
+    ``extra``: the other pools that may serve the request (``extra_pools``). ``memo``: the routing table's
     (``table.memo.speed``)."""
     places: dict[str, tuple[tuple[int], Pool]] = {}
     for i, pool in enumerate(pools_mal_order):

@@ -121,7 +121,8 @@ class EnginePool:
                 _, conn = await loop.create_connection(lambda: Connection(self), self.host, self.port, ssl=self.tls)
         except TimeoutError:
             self._slot_freed()
-            raise EngineTimeout(f"connecting to {self.host}:{self.port} took over {self.connect_timeout_s:g} s") from None
+            raise EngineTimeout(
+                f"connecting to {self.host}:{self.port} took over {self.connect_timeout_s:g} s") from None
         except OSError as exc:
             self._slot_freed()
             raise EngineConnectError(f"cannot connect to {self.host}:{self.port} ({exc})") from exc

@@ -60,7 +60,8 @@ class Response:
                  "_headers_done", "_delimited", "_keep_alive", "_error", "_waiter", "_timer", "_last", "_read_timeout_s",
                  "_loop", "_finished")
 
-    def __init__(self, conn: Connection, pool: EnginePool, read_timeout_s: float, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, conn: Connection, pool: EnginePool, read_timeout_s: float,
+                 loop: asyncio.AbstractEventLoop) -> None:
         self._conn = conn
         self._pool = pool
         self.parser = httptools.HttpResponseParser(self)
@@ -289,8 +290,8 @@ def header_lines(headers: Mapping[str, str], skipped: frozenset[str] = HOP_BY_HO
     lines = []
     for name, value in headers.items():
         lower = name.lower()
-        if (lower in skipped or (skipped_prefix is not None and lower.startswith(skipped_prefix)) or "\r" in value or "\n" in value or "\r" in name
-                or "\n" in name):
+        if (lower in skipped or (skipped_prefix is not None and lower.startswith(skipped_prefix))
+                or "\r" in value or "\n" in value or "\r" in name or "\n" in name):
             continue
         lines.append(f"{name}: {value}\r\n")
     return "".join(lines).encode("latin-1", errors="replace")

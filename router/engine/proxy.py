@@ -24,7 +24,8 @@ from polyspec.router.edge.body import field
 from polyspec.router.engine.engine_http import Response
 from polyspec.router.errors import NoBackend, RouterError, RouterShutdown
 from polyspec.router.engine.job import (
-    Job, Opened, attempt_failed, completion_telemetry, fail, forwarded_headers, give_up, payload, record, router_headers,
+    Job, Opened, attempt_failed, completion_telemetry, fail, forwarded_headers, give_up, payload, record,
+    router_headers,
 )
 from polyspec.router.decision.policy import Target
 from polyspec.router.decision.routing import route

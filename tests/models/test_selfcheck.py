@@ -1,7 +1,9 @@
 """The engine self-check end to end: the verifier's reference (transformers), a deliberately corrupted engine
 that must fail loudly, and `polyspec engines check --json` on the real verifier.
 
-Two engine starts in all (each ~1-2 min on a 2-core CPU); run under `flock /tmp/polyspec-engine.lock`.
+Two engine starts in all, at the same time: `polyspec engines check` starts in the background before the
+corrupted engine does (an engine's start mostly waits, so two take about as long as one on 2 cores). Run under
+`flock /tmp/polyspec-heavy.lock`.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -55,8 +58,21 @@ def _corrupted_copy(src: Path, dest: Path) -> Path:
     return dest
 
 
+@pytest.fixture(scope="module")
+def engines_check(verifier) -> subprocess.Popen:
+    """`polyspec engines check --json` on the real verifier, started before the corrupted engine's test so that
+    both engines load at once; test_engines_check_json_passes_on_the_real_verifier reads its result."""
+    env = {**os.environ, "POLYSPEC_DEFAULT_VERIFIER": verifier.name}
+    proc = subprocess.Popen([sys.executable, "-m", "polyspec.cli", "engines", "check", "--json"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    yield proc
+    if proc.poll() is None:  # its test did not read it: SIGINT, on which the command stops its engine
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=120)
+
+
 @pytest.mark.integration
-def test_corrupted_engine_fails_its_self_check_loudly(verifier, tmp_path: Path) -> None:
+def test_corrupted_engine_fails_its_self_check_loudly(verifier, engines_check, tmp_path: Path) -> None:
     reference, _ = ensure_reference(verifier.path)  # what the real verifier says
     bad = _corrupted_copy(verifier.path, tmp_path / "corrupt")
     spec = EngineSpec(verifier=bad, served_model_name="corrupt", max_model_len=1024, kv_cache_gib=1)
@@ -74,12 +90,10 @@ def test_corrupted_engine_fails_its_self_check_loudly(verifier, tmp_path: Path) 
 
 
 @pytest.mark.integration
-def test_engines_check_json_passes_on_the_real_verifier(verifier) -> None:
-    env = {**os.environ, "POLYSPEC_DEFAULT_VERIFIER": verifier.name}
-    done = subprocess.run([sys.executable, "-m", "polyspec.cli", "engines", "check", "--json"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=1200)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    result = json.loads(done.stdout)
+def test_engines_check_json_passes_on_the_real_verifier(engines_check) -> None:
+    stdout, stderr = engines_check.communicate(timeout=1200)
+    assert engines_check.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    result = json.loads(stdout)
     expected = choose_dtype("auto")  # this host's answer, forced both ways in tests/core/test_hostcpu.py
     assert result["ok"] is True and result["requested"] == "auto"
     assert (result["dtype"], result["cpu_flags"], result["reason"]) == (expected.dtype, list(expected.flags),

@@ -9,6 +9,8 @@ for the evaluation itself (no --engine-url) is tested in tests/models/test_shipp
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from polyspec.models.acceptance import AcceptanceResult
@@ -29,12 +31,15 @@ def results(verifier, engine_processes) -> tuple[AcceptanceResult, AcceptanceRes
     draft = shipped_for_language(verifier.name, "en", specialist=True).path
     engine = engine_processes["en"]
     assert engine.spec.draft == draft and engine.spec.k == 3
-    vllm = evaluate_vllm(draft, verifier.path, ["en"], limit=N_PROMPTS, max_new_tokens=MAX_TOKENS, engine_url=engine.url)
-    offline = evaluate_offline(
-        draft, verifier.path, ["en"], limit=N_PROMPTS, max_new_tokens=MAX_TOKENS, device="cpu", dtype=choose_dtype().dtype,
-        progress=False,
-    )
-    return offline["en"], vllm["en"]
+    # The engine answers (one OpenMP thread of its own) while the offline side computes: one thread each.
+    with ThreadPoolExecutor(1) as pool:
+        offline = pool.submit(
+            evaluate_offline, draft, verifier.path, ["en"], limit=N_PROMPTS, max_new_tokens=MAX_TOKENS, device="cpu",
+            dtype=choose_dtype().dtype, progress=False,
+        )
+        vllm = evaluate_vllm(draft, verifier.path, ["en"], limit=N_PROMPTS, max_new_tokens=MAX_TOKENS,
+                             engine_url=engine.url)
+        return offline.result()["en"], vllm["en"]
 
 
 @pytest.mark.integration

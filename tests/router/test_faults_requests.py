@@ -156,3 +156,23 @@ def test_refused_requests_give_their_engine_connection_back(registry, registry_u
             assert wait_for(lambda: router.runtime.backends.in_flight(fake.url) == 0, 10)
             assert router.runtime.snapshot()["statuses"] == {"http_400": 5}
     assert fake.completion_requests == 5
+
+
+def test_an_engine_gets_the_body_and_headers_as_the_router_encodes_them(registry, registry_url):
+    """What reaches an engine: the client's body without the router's own field and with the engine's model
+    id in place of the router alias; the client's headers without the hop-by-hop ones, the router's
+    X-Polyspec-* and what the router sets itself (content type, encoding)."""
+    with BrokenEngine("reject") as fake:
+        registry.deploy(None, name="strict", url=fake.url, languages=["en"], default=True)
+        with serve_router(registry_url, fail_threshold=100) as router:
+            body = {**STREAM_BODY, "stream": False, "polyspec": {"language": "en"}}
+            headers = {"Authorization": "Bearer k", "X-Request-Id": "r-1", "X-Polyspec-Explain": "1", "TE": "trailers",
+                       "Accept-Encoding": "gzip"}
+            resp = httpx.post(f"{router.url}/v1/chat/completions", json=body, headers=headers, timeout=30)
+            assert openai_error(resp, 400)["message"] == "bad request"
+            assert resp.headers["x-polyspec-backend"] == "strict"
+    assert fake.last_body == {"model": fake.model_id, "stream": False, "messages": STREAM_BODY["messages"]}
+    sent = fake.last_headers
+    assert sent["authorization"] == "Bearer k" and sent["x-request-id"] == "r-1"
+    assert sent["content-type"] == "application/json" and sent["accept-encoding"] == "identity"
+    assert not any(name.startswith("x-polyspec") or name == "te" for name in sent)

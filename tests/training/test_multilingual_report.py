@@ -27,3 +27,29 @@ def test_the_gpu_run_covers_every_stage_and_language() -> None:
     assert all(data["coverage"][lang] >= 0.95 for lang in data["languages"])
     assert set(data["figures"]["heldout"]) == set(data["languages"])
     assert len(data["figures"]["mtbench"]) == 9 and data["mtbench_turns"] == [1, 2]
+
+
+def test_the_warm_started_run_has_its_own_blocks_and_ship_criterion() -> None:
+    """The shipped run (warm start from the English base) has its own blocks in docs/training.md, and its targets
+    and ship criterion against the drafts it was measured against in docs/results.md."""
+    warm = ROOT / "docs" / "results" / "multilingual-warm.json"
+    data = json.loads(warm.read_text(encoding="utf-8"))
+    training = (ROOT / "docs" / "training.md").read_text(encoding="utf-8")
+    assert "\n".join(report.seconds_block(data, warm.stem)) in training
+    assert "\n".join(report.figures_block(data, warm.stem)) in training
+    assert "\n".join(report.compare_block(data, warm.stem)) in (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    assert len(data["languages"]) == 18 and all(data["seconds"][s] > 0 for s in report.STAGES)
+    assert set(data["figures"]["heldout"]) == set(data["languages"]) and len(data["figures"]["mtbench"]) == 9
+    assert {"smollm2-135m-instruct-en", "smollm2-135m-instruct-multi"} <= set(data["reference"])
+
+
+def test_ship_verdict_needs_english_better_and_the_others_within_the_margin() -> None:
+    def run(en: float, fr: float) -> dict:
+        mt = {lang: {"all": 3.0} for lang in report.MTBENCH} | {"en": {"all": en}, "fr": {"all": fr}}
+        ref = {lang: {"all": 3.0} for lang in report.MTBENCH} | {"en": {"all": 2.1}}
+        return {"figures": {"mtbench": mt}, "reference": {"smollm2-135m-instruct-multi": ref}}
+
+    assert report.ship_verdict(run(2.2, 2.95))[0]
+    ok, reasons = report.ship_verdict(run(2.2, 2.85))
+    assert not ok and "fr 2.850 against 3.000 (-0.150, fails)" in reasons
+    assert not report.ship_verdict(run(2.1, 3.0))[0]  # English must be better, not equal

@@ -14,6 +14,12 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 # Engines the tests start skip graph compilation: ready in ~26 s instead of 74-120 s on 2 cores (core.settings).
 # Set before any test reads the settings; subprocesses inherit it. POLYSPEC_ENGINE_EAGER=0 tests compiled engines.
 os.environ.setdefault("POLYSPEC_ENGINE_EAGER", "1")
+# OpenMP threads that wait sleep instead of spinning (read when torch loads, so set before any test imports it;
+# subprocesses inherit it, as `polyspec adapt` and `polyspec eval` set it for themselves). With 2 cores and
+# anything else running (an engine, a subprocess, another test run), a spinning thread holds the core its peer
+# needs: a 4-token forward of the bundled verifier took 1,185 ms instead of 85 ms, and tests/models/
+# test_acceptance.py 161 s instead of 31 s.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 @pytest.fixture(scope="session")

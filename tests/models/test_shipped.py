@@ -57,12 +57,13 @@ def test_damaged_shipped_draft_is_refused(tmp_path):
 
 def test_checkout_lists_every_draft_with_its_weights():
     """The checkout ships nine drafts, one made for each MT-Bench language alone except Japanese, which only
-    the multilingual draft serves (made for all nine), each with a model card whose sha256 block is the
-    manifest's; they stay out of the wheel (tests/test_install.py)."""
+    the multilingual draft serves (made for the nine and the nine other languages of the data pack), each with
+    a model card whose sha256 block is the manifest's; they stay out of the wheel (tests/test_install.py)."""
     listed = checkout_drafts()
     nine = {"en", "fr", "de", "es", "it", "ru", "zh", "ja", "ko"}
+    pack = nine | {"ar", "hi", "th", "pt", "id", "nl", "pl", "tr", "vi"}
     multi = [d for d in listed if d.role == "multilingual"]
-    assert [set(d.languages) for d in multi] == [nine]
+    assert [set(d.languages) for d in multi] == [pack]
     specialists = [d for d in listed if d.role != "multilingual"]
     assert all(len(d.languages) == 1 for d in specialists)
     assert {d.languages[0] for d in specialists} == nine - {"ja"}
@@ -84,7 +85,8 @@ def test_the_draft_for_a_language_is_the_best_measured_one_made_for_it():
                        "ru": f"{verifier}-multi"}
     assert shipped_for_language(verifier, "ru", specialist=True).name == f"{verifier}-ru"
     assert shipped_for_language(verifier, "ja", specialist=True) is None
-    assert shipped_for_language(verifier, "pt") is None  # made for no draft, whatever carries over
+    assert shipped_for_language(verifier, "pt").name == f"{verifier}-multi"  # a pack language: made for it
+    assert shipped_for_language(verifier, "bn") is None  # made for no draft, whatever carries over
 
 
 def _draft(name: str, languages: list[str], evaluations: list[dict]) -> ShippedDraft:

@@ -108,8 +108,8 @@ def test_cli_add_language(cli, verifier_rec, shared_data: Path, tmp_path: Path) 
 
 
 def test_cli_portuguese_names_the_multilingual_draft(cli, registry_url: str) -> None:
-    """A fresh registry, no --prompts: the shipped drafts are weighed on the bundled Portuguese sample. None was
-    measured on pt, so the acceptance is predicted; the multilingual draft covers it best."""
+    """A fresh registry, no --prompts: the shipped drafts are weighed on the bundled Portuguese sample. The
+    multilingual draft is made for pt and was measured on its held-out prompts; it covers it best."""
     from polyspec.registry import open_registry
 
     res = cli("add-language", "pt", "--json")
@@ -117,28 +117,33 @@ def test_cli_portuguese_names_the_multilingual_draft(cli, registry_url: str) -> 
     out = json.loads(res.stdout)
     assert (out["script"], out["is_latin"], out["text"], out["prompts_file"]) == ("Latin", True, "bundled sample", None)
     assert out["draft"] == "smollm2-135m-instruct-multi" and out["plan"] == "extend-multilingual"
-    assert out["acceptance_basis"] == "predicted" and 2.5 < out["acceptance"] < 3.5
+    assert out["acceptance_basis"] == "measured" and 2.5 < out["acceptance"] < 3.5
     fits = {f["draft"]: f for f in out["fits"]}
     assert fits["smollm2-135m-instruct-en"]["acceptance"] < out["acceptance"]  # the specialists carry over less
     assert out["coverage"] == pytest.approx(fits[out["draft"]]["coverage"], abs=1e-4)
     assert out["coverage"] > fits["smollm2-135m-instruct-en"]["coverage"]
     human = cli("add-language", "pt")
     assert human.exit_code == 0, human.stderr
-    assert "covered best by: smollm2-135m-instruct-multi (predicted mean acceptance length" in human.stdout
+    assert "covered best by: smollm2-135m-instruct-multi (measured mean acceptance length" in human.stdout
     assert "plan: extend-multilingual" in human.stdout
     with open_registry(registry_url) as reg:
         assert [(p.language, p.draft) for p in reg.languages()] == [("pt", "smollm2-135m-instruct-multi")]
     listed = cli("languages")
-    assert listed.exit_code == 0 and f"{out['acceptance']:.2f} predicted" in listed.stdout
+    assert listed.exit_code == 0 and f"{out['acceptance']:.2f} measured" in listed.stdout
 
 
-def test_cli_measured_acceptance_and_scripts_no_draft_covers(cli) -> None:
+def test_cli_measured_acceptance_and_scripts_no_draft_covers(cli, tmp_path: Path) -> None:
     ja = json.loads(cli("add-language", "ja", "--json").stdout)
     assert (ja["draft"], ja["acceptance_basis"], ja["is_latin"]) == ("smollm2-135m-instruct-multi", "measured", False)
-    assert ja["acceptance"] == pytest.approx(3.41, abs=0.01)  # its MT-Bench-160 figure in the manifest
+    assert ja["acceptance"] == pytest.approx(3.56, abs=0.01)  # its MT-Bench-160 figure in the manifest
     assert ja["plan"] == "extend-multilingual"
-    for lang, script in (("th", "Thai"), ("hi", "Devanagari")):
-        out = json.loads(cli("add-language", lang, "--json").stdout)
+    # scripts of languages in no training set (every bundled sample's script has a draft made for it)
+    texts = {"bn": "আমি প্রতিদিন সকালে বাজারে যাই এবং তাজা সবজি কিনি। আজ আকাশ পরিষ্কার, তাই আমরা নদীর ধারে হাঁটব।",
+             "ta": "நான் தினமும் காலையில் சந்தைக்குச் சென்று காய்கறிகள் வாங்குகிறேன். இன்று வானம் தெளிவாக உள்ளது."}
+    for lang, script in (("bn", "Bengali"), ("ta", "Tamil")):
+        sample = tmp_path / f"{lang}.jsonl"
+        sample.write_text(json.dumps({"prompt": texts[lang]}, ensure_ascii=False) + "\n", encoding="utf-8")
+        out = json.loads(cli("add-language", lang, "--prompts", str(sample), "--json").stdout)
         assert (out["script"], out["is_latin"], out["plan"]) == (script, False, "from-scratch-custom-vocab"), lang
         assert not any(f["covers_script"] for f in out["fits"]) and "no draft is made for" in out["reason"]
         assert out["acceptance_basis"] == "predicted-unseen-script" and out["acceptance"] < 1.8

@@ -73,11 +73,18 @@ def _more_rows(shared_data: Path, lang: str, n: int) -> list[dict]:
         return [json.loads(line) for _, line in zip(range(n), fh)]
 
 
+def _made_for() -> list[str]:
+    """The languages the multilingual draft is registered for here: the shipped draft's, Portuguese left out,
+    so that Portuguese is the language these tests add to it."""
+    return [lang for lang in find_draft(MULTI).languages if lang != "pt"]
+
+
 @pytest.fixture()
 def reg_with_multi(reg_with_active_draft, verifier):
-    """The test registry with the shipped multilingual draft registered and active beside en-base."""
+    """The test registry with the shipped multilingual draft registered (made for every pack language but
+    Portuguese) and active beside en-base."""
     shipped = find_draft(MULTI)
-    reg_with_active_draft.import_draft(shipped.path, verifier=verifier.name, name=MULTI, languages=shipped.languages,
+    reg_with_active_draft.import_draft(shipped.path, verifier=verifier.name, name=MULTI, languages=_made_for(),
                                        status="active")
     return reg_with_active_draft
 
@@ -102,9 +109,9 @@ def test_extend_plan_grows_the_multilingual_draft_by_lang(reg_with_multi, pt_pro
     cfg = config_from_plan("pt", prompts=[replay], max_prompts=500)
     parent = find_draft(MULTI)
     assert cfg.language == "mul" and cfg.mix is not None
-    assert cfg.mix.languages == [*parent.languages, "pt"]
+    assert cfg.mix.languages == [*_made_for(), "pt"]
     assert cfg.mix.weights["pt"] == EXTEND_SHARE
-    assert cfg.mix.weights["en"] == pytest.approx((1 - EXTEND_SHARE) / len(parent.languages))
+    assert cfg.mix.weights["en"] == pytest.approx((1 - EXTEND_SHARE) / len(_made_for()))
     assert (cfg.mode, cfg.parent_draft, cfg.registration.draft_name) == ("finetune", f"{MULTI}@1", MULTI)
     assert cfg.prompts.files == [pt_prompts.resolve(), replay.resolve()] and cfg.prompts.max_prompts == 500
     # the vocabulary grows from 12,288 to the largest a draft of its shape has within 25 MB
@@ -127,7 +134,7 @@ def test_extend_plan_refuses_hostile_input(reg_with_multi, pt_prompts: Path, ver
     reg_with_multi.add_language("pt", pt_prompts)
     before = _state(reg_with_multi, tmp_path / "home")
 
-    with pytest.raises(PlanError, match="replays its languages ja, de, en.*give them with --prompts FILE"):
+    with pytest.raises(PlanError, match="replays its languages en, fr, de.*give them with --prompts FILE"):
         config_from_plan("pt")
     with pytest.raises(PlanError, match="--prompts: no such file: .*nowhere.jsonl"):
         config_from_plan("pt", prompts=[tmp_path / "nowhere.jsonl"])
@@ -196,6 +203,7 @@ def test_plan_cli_removes_the_run_when_a_replayed_language_has_no_prompts(
                         + pack_rows(shared_data, "fr", "general", 6))
     result = CliRunner().invoke(train_app, ["--plan", "pt", "--prompts", str(en_fr), "--run-id", "pt-extend"])
     assert result.exit_code == 2, result.output
-    assert "no prompts for ja, de, es, it, ko, ru, zh in pt.jsonl, en_fr.jsonl" in result.output, result.output
+    assert ("no prompts for de, es, it, ru, zh, ja, ko, ar, hi, th, id, nl, pl, tr, vi in pt.jsonl, en_fr.jsonl"
+            in result.output), result.output
     assert "run pt-extend removed" in result.output and not (home / "runs" / "pt-extend").exists()
     assert [d.ref for d in reg_with_multi.drafts()] == ["en-base@1", f"{MULTI}@1"]

@@ -53,3 +53,22 @@ def test_ship_verdict_needs_english_better_and_the_others_within_the_margin() ->
     ok, reasons = report.ship_verdict(run(2.2, 2.85))
     assert not ok and "fr 2.850 against 3.000 (-0.150, fails)" in reasons
     assert not report.ship_verdict(run(2.1, 3.0))[0]  # English must be better, not equal
+
+
+def test_unseen_languages_fold_into_one_row_per_language(tmp_path: Path) -> None:
+    """`polyspec eval --json` over languages in no training set becomes one row per language, one column per
+    draft, all / non-degenerate answers."""
+    def rec(draft: str, lang: str, subset: str, mal: float | None) -> dict:
+        return {"draft": draft, "language": lang, "subset": subset, "mean_acceptance_length": mal,
+                "num_answers": 20, "degenerate_share": 0.25}
+
+    records = [rec("new", "uk", "all", 2.5), rec("new", "uk", "non_degenerate", 2.0),
+               rec("base", "uk", "all", 1.4), rec("base", "uk", "non_degenerate", None)]
+    (tmp_path / "results.json").write_text(json.dumps({"method": "offline", "options": {"k": 3},
+                                                       "records": records}), encoding="utf-8")
+    data = report.fold_unseen(tmp_path)
+    assert data["drafts"] == ["new", "base"] and data["k"] == 3
+    block = report.unseen_block(data, "multilingual-unseen")
+    assert "| language | answers | new | base |" in block
+    assert "| uk | 20 | 2.500 / 2.000 | 1.400 / – |" in block
+    assert block[0] == report.marks("multilingual-unseen", "table")[0]

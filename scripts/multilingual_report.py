@@ -14,7 +14,8 @@ Each results file has its own blocks, named after it (multilingual.json: ``multi
     python scripts/multilingual_report.py --write docs/results/multilingual-warm.json --docs docs/training.md \
         --figures docs/training.md --compare docs/results.md        # + the ship criterion against the shipped draft
     python scripts/multilingual_report.py --unseen DIR --unseen-write docs/results/multilingual-unseen.json \
-        --unseen-page docs/results.md   # `polyspec eval` on languages in no training set (unseen.tgz, unpacked)
+        --unseen-page docs/results.md --unseen-command "..."   # `polyspec eval --json` on languages in no
+        # training set: DIR holds results.json (unseen.tgz of the device, unpacked) or one LANG.json per file
 """
 
 from __future__ import annotations
@@ -174,28 +175,56 @@ def compare_block(data: dict[str, Any], stem: str) -> list[str]:
     return lines
 
 
-def fold_unseen(folder: Path) -> dict[str, Any]:
-    """`polyspec eval --json` over the unseen languages (results.json) as MAL per draft and language."""
-    report = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+UNSEEN_COMMAND = ("bash scripts/multilingual_device.sh unseen NAME=DIR... (polyspec eval DRAFTS --bench FILE --k 3 "
+                  "on the device)")
+
+
+def fold_unseen(folder: Path, command: str = UNSEEN_COMMAND) -> dict[str, Any]:
+    """`polyspec eval --json` over the unseen languages as MAL per draft and language: the folder's results.json
+    (one run over every file), or one `--json` output per language file (``LANG.json``), all with the same
+    method, k, new tokens and device."""
+    files = [folder / "results.json"] if (folder / "results.json").is_file() else sorted(folder.glob("*.json"))
+    if not files:
+        raise SystemExit(f"{folder}: no `polyspec eval --json` output (results.json or LANG.json)")
+    reports = [json.loads(f.read_text(encoding="utf-8")) for f in files]
+    keys = ("k", "max_new_tokens", "device", "dtype", "turns", "degenerate_measure")
+    options = {key: reports[0]["options"].get(key) for key in keys}
+    for f, report in zip(files, reports, strict=True):
+        if report["method"] != reports[0]["method"] or {key: report["options"].get(key) for key in keys} != options:
+            raise SystemExit(f"{f}: measured with other settings than {files[0].name}; fold runs made alike")
     figures: dict[str, dict[str, dict[str, Any]]] = {}
-    for row in report["records"]:
+    for row in (row for report in reports for row in report["records"]):
         cell = figures.setdefault(row["draft"], {}).setdefault(row["language"], {})
         cell[row["subset"]] = None if row["mean_acceptance_length"] is None else round(row["mean_acceptance_length"], 3)
         cell["answers"] = row["num_answers"]
         cell["degenerate_share"] = round(row["degenerate_share"], 3)
+    seconds = [r.get("seconds", {}).get("total") for r in reports]
     return {"benchmark": "unseen", "file": "bench/data/unseen/LANG.jsonl (bench/data/unseen/README.md)",
-            "method": report["method"], "k": report["options"].get("k"), "options": report["options"],
-            "drafts": list(figures), "figures": figures,
-            "command": "bash scripts/multilingual_device.sh unseen NAME=DIR... (polyspec eval DRAFTS --bench FILE "
-                       "--k 3 on the device)"}
+            "method": reports[0]["method"], "k": options["k"], "options": options,
+            "seconds": round(sum(seconds), 1) if None not in seconds else None,
+            "drafts": list(figures), "figures": figures, "command": command}
+
+
+def _where(options: dict[str, Any]) -> str:
+    """`, cpu, float32` / `, cuda, bfloat16`: the device and dtype an offline run was given (its dtype's default
+    when unset); empty when the run left the device to its default."""
+    device = options.get("device")
+    return f", {device}, {options.get('dtype') or ('float32' if device == 'cpu' else 'bfloat16')}" if device else ""
 
 
 def unseen_block(data: dict[str, Any], stem: str) -> list[str]:
     drafts = data["drafts"]
     langs = sorted({lang for d in drafts for lang in data["figures"][d]})
     begin, end = marks(stem, "table")
-    lines = [begin, "", f"Languages in no training set, k = {data['k']}, {data['method']}, all answers / "
-             f"non-degenerate answers; prompts: {data['file']} (from [`results/{stem}.json`](results/{stem}.json)):",
+    opts = data.get("options", {})
+    tokens = f", at most {opts['max_new_tokens']} new tokens per answer" if opts.get("max_new_tokens") else ""
+    where = _where(opts) if data["method"] == "offline" else ""
+    lines = [begin, "", "Unseen languages: languages in no draft's training set (the data pack's 18 languages "
+             "hold none of them: no prompt or verifier answer in them was trained on). The prompts "
+             f"are {data['file']}: exam, assistant, reading-comprehension and knowledge questions, one turn each, "
+             "another set than MT-Bench, so compare the drafts with each other on a row, not with the MT-Bench "
+             f"figures. k = {data['k']}, {data['method']}{where}{tokens}; the first `answers` prompts of each file; "
+             f"all answers / non-degenerate answers (from [`results/{stem}.json`](results/{stem}.json)):",
              "", "| language | answers | " + " | ".join(drafts) + " |", "|---|---:|" + "---:|" * len(drafts)]
     for lang in langs:
         cells = [data["figures"][d].get(lang) for d in drafts]
@@ -214,12 +243,14 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--figures", type=Path, default=None, help="page whose acceptance block is replaced")
     ap.add_argument("--compare", type=Path, default=None, help="page whose targets-and-ship-criterion block is replaced")
     ap.add_argument("--command", default=COMMAND, help="with --from: the commands that made the run")
-    ap.add_argument("--unseen", type=Path, default=None, help="unpacked unseen.tgz of the device's `unseen` call")
+    ap.add_argument("--unseen", type=Path, default=None, help="results.json or LANG.json of `polyspec eval --json`")
     ap.add_argument("--unseen-write", type=Path, default=RESULTS.with_name("multilingual-unseen.json"))
     ap.add_argument("--unseen-page", type=Path, default=None, help="page whose unseen-language table is replaced")
+    ap.add_argument("--unseen-command", default=UNSEEN_COMMAND, help="with --unseen: the commands that made the figures")
     args = ap.parse_args(argv)
     if args.unseen is not None:
-        args.unseen_write.write_text(json.dumps(fold_unseen(args.unseen), indent=1) + "\n", encoding="utf-8")
+        folded = fold_unseen(args.unseen, args.unseen_command)
+        args.unseen_write.write_text(json.dumps(folded, indent=1) + "\n", encoding="utf-8")
     if args.unseen is not None or args.unseen_page is not None:
         unseen = json.loads(args.unseen_write.read_text(encoding="utf-8"))
         if args.unseen_page is not None:

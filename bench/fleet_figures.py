@@ -228,7 +228,8 @@ def plot(d: dict[str, Any], path: Path) -> None:
                [d["languages"][lang][f"{s}_tps"] or 0 for lang in langs] + [d["weighted"][f"{s}_tps"] or 0])
               for s in SYSTEMS]
     title = f"bench/fleet_plan.py at {d['commit']}: k = {d['settings']['k']}, {d['requests']} requests"
-    fig, ax = tps_bars([*langs, f"weighted ({d['settings']['traffic_label']})"], series, title, size=(11, 4))
+    fig, ax = tps_bars([*langs, "weighted"], series, title, size=(11, 4.5))
+    ax.set_ylim(top=1.4 * max(max(v for _, _, vs in series for v in vs), 1.0))  # room for the legend above the bars
     pred = [(i + 0.26, d["languages"][lang]["predicted_tps"]["planned_fleet"]) for i, lang in enumerate(langs)]
     ax.scatter([x for x, p in pred if p], [p for _, p in pred if p], marker="_", s=200, color="k",
                label="planned fleet, predicted", zorder=3)
@@ -252,11 +253,12 @@ def write_docs(d: dict[str, Any], docs: Path) -> None:
 
 def main(argv: list[str]) -> None:
     """``bench/fleet_figures.py [--summary | --docs] [JSON]``: docs/benchmarks.md's section (--summary: docs/speed.md's
-    paragraph; --docs: both written into the pages) from a run's JSON (default: docs/benchmarks/fleet_plan.json)."""
+    paragraph; --docs: both written into the pages, and the plot redrawn) from a run's JSON (default: docs/benchmarks/fleet_plan.json)."""
     args = [a for a in argv if not a.startswith("--")]
     d = json.loads((Path(args[0]) if args else OUT_DIR / "fleet_plan.json").read_text(encoding="utf-8"))
     if "--docs" in argv:
         write_docs(d, OUT_DIR.parent)
+        plot(d, OUT_DIR / "fleet_plan.png")
     else:
         print(fleet_plan_summary(d) if "--summary" in argv else fleet_plan_md(d))
 

@@ -313,3 +313,22 @@ def test_the_committed_langid_run_meets_the_short_prompt_targets() -> None:
     assert all(row[fleet]["tps"] > 0 for row in costs.values() for fleet in ("specialist", "best_draft"))
     micro = data["per_call_us"]
     assert micro["before_ref"] and micro["now"]["restricted"]["2w"] > 0 and micro["before"]["restricted"]["2w"] > 0
+
+
+def test_fleet_page_shows_the_recorded_run() -> None:
+    """docs/benchmarks.md's fleet section is bench/fleet_figures.py's rendering of the committed fleet_plan.json
+    (regenerate with `.venv/bin/python bench/fleet_figures.py`), docs/speed.md's paragraph is its `--summary`;
+    the run covers the eight languages at k = 3, every fleet answered every prompt, and its verdicts on the
+    targets are the ones its figures give."""
+    from bench.fleet_figures import fleet_plan_md, fleet_plan_summary, targets
+
+    data = json.loads((ROOT / "docs" / "benchmarks" / "fleet_plan.json").read_text(encoding="utf-8"))
+    hint = "regenerate with `.venv/bin/python bench/fleet_figures.py` (and `--summary` for docs/speed.md)"
+    assert fleet_plan_md(data).strip() in (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8"), hint
+    assert fleet_plan_summary(data) in (ROOT / "docs" / "speed.md").read_text(encoding="utf-8"), hint
+    assert not data["settings"]["quick"] and data["settings"]["k"] == 3
+    assert {"en", "fr", "de", "es", "it", "ja", "ru", "pt"} <= set(data["languages"])
+    for r in data["languages"].values():
+        assert r["n"] >= 6 and not any(r["errors"].values())
+    assert data["targets"] == targets(data["languages"], data["weighted"], data.get("weighted_equal"))
+    assert all(e["k"] in (0, 3) for e in data["plan"]["entries"])

@@ -17,7 +17,7 @@ routers in a balanced order (fleet_figures.ORDERS), round after round over the l
 hits all three alike. The speed model's prediction (registry.fleet_search.Model after calibration, prefill
 included, the request's own prompt and answer lengths) is stored per request for the engine that answered.
 
-    flock /tmp/polyspec-heavy.lock .venv/bin/python bench/fleet_plan.py --turns 10       # the committed run
+    flock /tmp/polyspec-heavy.lock .venv/bin/python bench/fleet_plan.py --turns 12 --end-by 12:18   # the committed run
     flock /tmp/polyspec-heavy.lock .venv/bin/python bench/fleet_plan.py --quick          # 4 engines, 3 languages
 
 Writes docs/benchmarks/fleet_plan.json (+ _requests.jsonl) and fleet_plan.png; `bench/report.py
@@ -270,7 +270,7 @@ def run_traffic(urls: dict[str, str], prompts: dict[str, list[tuple[str, str]]],
 
 def main(
     quick: bool = typer.Option(False, "--quick", help="2 prompts of en, fr, ja; 16 tokens; specialists en, fr."),
-    turns: int = typer.Option(10, help="Prompts per language (rounds)."),
+    turns: int = typer.Option(12, help="Prompts per language (rounds; 12: each of the six orders twice)."),
     max_tokens: int = typer.Option(96),
     k: int = typer.Option(3, help="k of every draft engine (the planned fleet's candidates are at this k)."),
     languages: str = typer.Option(",".join(LANGUAGES)),

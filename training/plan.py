@@ -13,7 +13,7 @@ that becomes a run:
   training prompts), and the prompts stage refuses a language that none of them holds. The mixture gives LANG
   ``EXTEND_SHARE`` of the training prompts and the parent's languages the rest in equal parts, unless ``mix``
   says otherwise. The vocabulary keeps the parent's and grows, from the verifier's lm_head rows, up to the
-  largest whose draft stays within the 25 MB a shipped draft may have (models.shipped.MAX_WEIGHTS_BYTES); when
+  largest whose draft stays within the draft size limit (setting ``max_draft_bytes``, 25 MB by default); when
   LANG's prompts already need more new tokens than that to reach the coverage target, the plan is refused
   before anything runs (the vocab stage checks again on the verifier's answers).
 
@@ -28,7 +28,6 @@ from typing import Any
 from polyspec.core.settings import get_settings
 from polyspec.models.coverage import CoverageError, merge_vocab
 from polyspec.models.drafts import draft_token_ids, vocab_size_within
-from polyspec.models.shipped import MAX_WEIGHTS_BYTES
 from polyspec.models.vocab_ref import count_tokens, load_tokenizer
 from polyspec.registry import open_registry
 from polyspec.registry.artifacts import materialize
@@ -148,7 +147,7 @@ def _extend_config(profile: LanguageProfileRecord, parent: DraftRecord, verifier
     if missing:
         raise PlanError(f"--prompts: no such file: {', '.join(missing)}")
     parent_dir = materialize(parent.location)
-    room = vocab_size_within(parent_dir, MAX_WEIGHTS_BYTES)
+    room = vocab_size_within(parent_dir, get_settings().max_draft_bytes)
     knobs = {"languages": ",".join([*others, lang]), "mix": mix or _default_mix(lang, others),
              "coverage_target": coverage_target, "parent": parent.ref, "verifier": verifier,
              "prompts": [Path(profile.prompts_file), *prompts], "max_prompts": max_prompts, "engine": engine,
@@ -168,7 +167,7 @@ def _check_room(profile: LanguageProfileRecord, parent: DraftRecord, parent_dir:
                 verifier_location: str) -> None:
     """Refuse when the coverage target for LANG's prompt tokens needs more new vocabulary rows than fit the cap."""
     kept = draft_token_ids(parent_dir)
-    limit = f"the {MAX_WEIGHTS_BYTES / 1e6:g} MB limit of a draft"
+    limit = f"the {get_settings().max_draft_bytes / 1e6:g} MB limit of a draft (POLYSPEC_MAX_DRAFT_BYTES)"
     if room < len(kept):
         raise PlanError(f"parent draft {parent.ref} has {len(kept)} tokens, more than the {room} a draft of its "
                         f"shape holds within {limit}; extend a smaller draft")

@@ -141,7 +141,7 @@ def test_extend_plan_refuses_hostile_input(reg_with_multi, pt_prompts: Path, ver
     with pytest.raises(UnknownLanguage, match="unknown language code 'xx'"):
         config_from_plan("xx", prompts=[replay])
     # a plan that cannot meet the size limit: every pt token needs 574 rows beyond the parent's 12,288; 441 fit
-    with pytest.raises(PlanError, match=r"cannot meet coverage target 100\.0% within the 25 MB limit of a draft: "
+    with pytest.raises(PlanError, match=r"cannot meet coverage target 100\.0% within the 25 MB limit of a draft \(POLYSPEC_MAX_DRAFT_BYTES\): "
                                         r"its prompts .*pt\.jsonl\) need \d+ tokens beyond the 12288 of "):
         config_from_plan("pt", prompts=[replay], coverage_target=1.0)
     # --prompts is for an extend plan only

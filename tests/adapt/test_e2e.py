@@ -37,6 +37,9 @@ EPOCHS = 3
 # Users' pause between requests (s): short while prompts are captured, longer while the host trains and gates
 # (2 cores: the engine answering traffic and the training share them), and enough for the canary's requests.
 CAPTURE_THINK_S, TRAINING_THINK_S = 0.5, 4.0
+# Tokens per answer: few while prompts are captured (the capture needs prompts, not answers), the fleet's usual
+# from the first training on, where the canary compares the engines' acceptance and tokens/s on live answers.
+CAPTURE_TOKENS, TRAFFIC_TOKENS = 8, 24
 
 
 def _adapt_env() -> dict[str, str]:
@@ -93,7 +96,8 @@ def fleet(verifier, shared_data, tmp_path_factory: pytest.TempPathFactory) -> An
 @pytest.fixture(scope="module")
 def traffic(fleet: dict) -> Any:
     """Users of the router from the first test of the loop to the rollback (test_rollback stops them)."""
-    with Traffic(fleet["base"], fleet["italian"], fleet["english"], think_s=CAPTURE_THINK_S) as users:
+    with Traffic(fleet["base"], fleet["italian"], fleet["english"], think_s=CAPTURE_THINK_S,
+                 max_tokens=CAPTURE_TOKENS) as users:
         yield users
 
 
@@ -115,7 +119,7 @@ def _wait(condition: Any, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(2)
+        time.sleep(0.5)
 
 
 def _fleet_state(fleet: dict) -> str:
@@ -161,7 +165,7 @@ def _interrupted_once(fleet: dict, reg: Any, marker: str) -> Any:
 
 def test_italian_traffic_is_captured_and_the_dry_run_chooses_to_train(fleet: dict, traffic: Traffic) -> None:
     _wait(lambda: _captured(fleet) >= MIN_TRAIN + 8, 600, "captured Italian prompts")
-    traffic.think_s = TRAINING_THINK_S
+    traffic.think_s, traffic.max_tokens = TRAINING_THINK_S, TRAFFIC_TOKENS
     assert traffic.failures == [], (traffic.requests, traffic.failures[:5], _fleet_state(fleet))
     dry = json.loads(_adapt(fleet, "--dry-run", "--json").stdout)
     chosen = [a for a in dry["actions"] if a["chosen"]]

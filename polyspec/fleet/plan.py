@@ -147,7 +147,7 @@ class StaticSource:
 @dataclass
 class UpPlan:
     members: list[Member]
-    source: Any  # router.table.TableSource; None = the registry's deployments
+    source: Any  # router.source.TableSource; None = the registry's deployments
     registry: Any  # Registry for URL write-back and live stats, or None
     router_host: str
     router_port: int

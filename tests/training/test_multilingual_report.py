@@ -97,3 +97,15 @@ def test_unseen_languages_fold_one_eval_output_per_language_file(tmp_path: Path)
     with pytest.raises(SystemExit, match="ro.json: measured with other settings"):
         report.fold_unseen(tmp_path)
 
+
+
+def test_results_page_holds_the_unseen_language_table() -> None:
+    """docs/results.md §16's unseen-language table is the rendering of docs/results/multilingual-unseen.json:
+    the English base and the multilingual draft on all seven files of bench/data/unseen."""
+    unseen = ROOT / "docs" / "results" / "multilingual-unseen.json"
+    data = json.loads(unseen.read_text(encoding="utf-8"))
+    page = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    assert "\n".join(report.unseen_block(data, unseen.stem)) in page
+    assert data["drafts"] == ["smollm2-135m-instruct-en", "smollm2-135m-instruct-multi"]
+    files = {f.stem for f in (ROOT / "bench" / "data" / "unseen").glob("*.jsonl")}
+    assert all(set(data["figures"][d]) == files for d in data["drafts"])

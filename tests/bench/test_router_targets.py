@@ -1,0 +1,78 @@
+"""bench/router_overhead.py's router CPU targets, judged on small hand-written runs (the JSON's ``concurrency``)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from bench.router_overhead import router_targets
+
+
+def _system(cpu: float, cpu_stream: float, p50: float = 10.0) -> dict[str, Any]:
+    return {"cpu_ms_per_req": cpu, "p50_ms": p50, "stream": {"cpu_ms_per_req": cpu_stream, "p50_ms": p50}}
+
+
+def _run() -> dict[str, Any]:
+    """Two concurrencies; every target met: ratios at most 1.9, 0.2 ms over the floor at most, and at c=256
+    polyspec's added p50 (4 ms) below vllm-router's (5 ms)."""
+    return {
+        "1": {"direct": _system(0.0, 0.0, 1.0), "polyspec": _system(0.5, 0.9, 1.5),
+              "python_floor": _system(0.3, 0.6), "vllm_router": _system(0.3, 0.5, 1.4)},
+        "256": {"direct": _system(0.0, 0.0, 100.0), "polyspec": _system(0.55, 0.95, 104.0),
+                "python_floor": _system(0.4, 0.7), "vllm_router": _system(0.3, 0.5, 105.0)},
+    }
+
+
+def test_a_run_within_every_target_meets_them_all() -> None:
+    t = router_targets(_run())
+    assert t["cpu_vs_vllm_router"] == {"1": [1.67, 1.8], "256": [1.83, 1.9]}
+    assert t["cpu_vs_vllm_router_max"] == 1.9 and t["cpu_within_2x_vllm_router"]
+    assert t["cpu_over_floor_ms_per_req"] == {"1": [0.2, 0.3], "256": [0.15, 0.25]}
+    # Streamed, polyspec is 0.3 ms over the floor: that target is judged on non-streamed cells only.
+    assert t["cpu_over_floor_max_ms"] == 0.2 and t["cpu_over_floor_within_0_2ms"]
+    assert t["cpu_floor_ms_per_req"] == {"1": [0.3, 0.6], "256": [0.4, 0.7]}
+    assert t["c256_p50_added_ms"] == {"polyspec": 4.0, "vllm_router": 5.0}
+    assert t["c256_p50_no_worse_than_vllm_router"] and t["router_cpu_targets_met"]
+    assert "cpu_vs_baseline" not in t
+
+
+@pytest.mark.parametrize(("cell", "stream", "cpu", "failed"), [
+    ("1", True, 1.01, "cpu_within_2x_vllm_router"),  # one streamed cell over 2x (1.01 / 0.5) fails the ratio
+    ("256", False, 0.61, "cpu_within_2x_vllm_router"),  # 0.61 / 0.3 > 2, and 0.21 over the floor
+    ("1", False, 0.51, "cpu_over_floor_within_0_2ms"),  # 0.21 ms over the floor, not streamed
+])
+def test_one_cell_over_a_cpu_target_fails_it(cell: str, stream: bool, cpu: float, failed: str) -> None:
+    run = _run()
+    target = run[cell]["polyspec"]["stream"] if stream else run[cell]["polyspec"]
+    target["cpu_ms_per_req"] = cpu
+    t = router_targets(run)
+    assert not t[failed] and not t["router_cpu_targets_met"]
+
+
+def test_c256_latency_is_polyspec_added_p50_against_vllm_routers() -> None:
+    run = _run()
+    run["256"]["polyspec"]["p50_ms"] = 105.5  # 5.5 ms added against vllm-router's 5.0
+    t = router_targets(run)
+    assert t["c256_p50_added_ms"] == {"polyspec": 5.5, "vllm_router": 5.0}
+    assert not t["c256_p50_no_worse_than_vllm_router"] and not t["router_cpu_targets_met"]
+    assert t["cpu_within_2x_vllm_router"] and t["cpu_over_floor_within_0_2ms"]
+
+
+def test_a_run_without_a_reference_judges_nothing_it_cannot() -> None:
+    run = _run()
+    for r in run.values():
+        del r["vllm_router"]
+    t = router_targets(run)
+    assert "cpu_within_2x_vllm_router" not in t and "c256_p50_no_worse_than_vllm_router" not in t
+    assert t["cpu_over_floor_within_0_2ms"] and "router_cpu_targets_met" not in t
+    assert router_targets({}) == {}
+
+
+def test_a_baseline_is_compared_cell_by_cell() -> None:
+    run = _run()
+    for r in run.values():
+        r["polyspec_base"] = copy.deepcopy(r["polyspec"])
+    run["1"]["polyspec_base"]["cpu_ms_per_req"] = 1.0
+    assert router_targets(run)["cpu_vs_baseline"] == {"1": [0.5, 1.0], "256": [1.0, 1.0]}

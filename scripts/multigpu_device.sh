@@ -3,7 +3,8 @@
 # one-process path, on the same prompts, answers, hidden states and seed.
 #
 #   bash scripts/multigpu_prep.sh                    # here: the run's prompts stage, the CLI's wheels, the base draft
-#   bash scripts/quality_gpu.sh prep nosmoke         # device call 1 (carry .device/m1 .device/whl): wheels, package
+#   bash scripts/multigpu_device.sh prep             # device call 1 (carry .device/m1 .device/whl): wheels, package
+#                                                    #   (scripts/device_prep.sh)
 #   bash scripts/multigpu_device.sh stage            # call 2 (carry .device/m2 .device/p18): verifier, CLI wheels, run
 #   bash scripts/multigpu_device.sh go GPUS WAIT "SEEDS"  # call 3 (carry .device/en): the English base, then in
 #                                                    #   the background per seed the run under --gpus GPUS and
@@ -50,6 +51,7 @@ collect() {
 }
 
 case "$cmd" in
+prep) bash scripts/device_prep.sh ;;  # the wheels, the first half of the verifier, /tmp/pkg
 stage)
   mkdir -p /tmp/m && cp .device/m2/part01 /tmp/m/ && cat /tmp/m/part00 /tmp/m/part01 > /tmp/m/smollm2.gguf || exit 1
   echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  /tmp/m/smollm2.gguf" | sha256sum -c - || exit 1

@@ -3,7 +3,7 @@
 # bf16) on the run whose prompts stage scripts/multilingual_prep.sh made here. Calls of at most 10 minutes:
 #
 #   bash scripts/multilingual_device.sh prep     # call 1 (carry .device/m1 .device/whl): wheels, the package
-#                                                #   (scripts/quality_gpu.sh prep nosmoke)
+#                                                #   (scripts/device_prep.sh)
 #   bash scripts/multilingual_device.sh verifier # call 2 (carry .device/m2 .device/whl2): CLI wheels, the verifier
 #   bash scripts/multilingual_device.sh go WAIT  # call 3 (carry .device/PACK .device/whl3): the rest of the CLI's
 #                                                #   wheels, the run in the background; waits WAIT s
@@ -51,7 +51,7 @@ wait_done() {
 }
 
 case "$cmd" in
-prep) bash scripts/quality_gpu.sh prep nosmoke ;;  # the wheels, the first half of the verifier, /tmp/pkg
+prep) bash scripts/device_prep.sh ;;  # the wheels, the first half of the verifier, /tmp/pkg
 verifier)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .device/whl2/*.whl || exit 1
   cp .device/m2/part01 /tmp/m/ && cat /tmp/m/part00 /tmp/m/part01 > /tmp/m/smollm2.gguf || exit 1

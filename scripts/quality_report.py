@@ -1,15 +1,16 @@
-"""Tables of a quality run (scripts/quality_gpu.py's eval.json, run.json, curves.json) as markdown.
+"""Tables and plots of the issue-16 quality runs (2026-12-02 and 03, one H200 each) from their committed records.
 
-    python scripts/quality_report.py RUN_DIR [--recorded docs/results/acceptance.json] > tables.md
-    python scripts/quality_report.py RUN_DIR --write docs/results --results-md docs/results.md --name quality16
+    python scripts/quality_report.py docs/results/quality16.json --write docs/results --results-md docs/results.md
+    python scripts/quality_report.py docs/results/quality16d.json --write docs/results --no-plots
 
-Every cell is MAL over all answers / over non-degenerate answers (k=3, MT-Bench, offline teacher-forced
-chain acceptance); the degenerate share of the verifier's answers is one row per language.
+NAME.json (its name is the run's) holds the run summary, the learning curve and every record, each with its
+``subset``. Every cell is MAL over all answers / over non-degenerate answers (k=3, MT-Bench, offline
+teacher-forced chain acceptance); the degenerate share of the verifier's answers is one row per language.
 
-``--write DIR`` also writes the run's figures for docs/: NAME.json (every record, with its ``subset``, the
-run summary and the learning curve), NAME_tables.md, NAME_curve.png (English MAL against training step) and
-NAME_positions.png (per-position acceptance on each draft's own language). ``--results-md`` replaces the
-generated block of the run's section in that page (between MARK_BEGIN and MARK_END; appended when absent).
+``--write DIR`` writes NAME_tables.md and, unless ``--no-plots``, NAME_curve.png (English MAL against training
+step) and NAME_positions.png (per-position acceptance on each draft's own language). ``--results-md`` replaces
+the generated block of the run's section in that page (between its marks; appended when absent).
+The research driver that made these runs is in git history (commit 7ed4031); `polyspec train` does its job now.
 """
 
 from __future__ import annotations
@@ -50,17 +51,6 @@ def positions_table(records: list[dict], drafts: list[str], lang_of: dict[str, s
                     p = r["positions"]
                     lines.append(f"| {d} | {lang} | {r['subset']} | {p[0]:.3f} | {p[1]:.3f} | {p[2]:.3f} | "
                                  f"{r['mean_acceptance_length'] or 0:.3f} | {r['n_prompts']} |")
-    return lines
-
-
-def recorded_table(path: Path) -> list[str]:
-    """The figures docs/results/acceptance.json holds for the shipped drafts (all answers only)."""
-    rows = [r for r in json.loads(path.read_text()) if r.get("benchmark") == "mtbench-160"]
-    shipped = sorted({r["draft"] for r in rows if "-fx-" not in r["draft"]})
-    lines = ["| recorded draft | " + " | ".join(LANGS) + " |", "|---|" + "---|" * len(LANGS)]
-    for d in shipped:
-        vals = {r["language"]: r["mean_acceptance_length"] for r in rows if r["draft"] == d and r["subset"] == "all"}
-        lines.append(f"| {d} | " + " | ".join(f"{vals[x]:.2f}" if x in vals else "" for x in LANGS) + " |")
     return lines
 
 
@@ -219,39 +209,40 @@ def replace_block(page: Path, block: list[str]) -> None:
     page.write_text(text, encoding="utf-8")
 
 
-def main(argv: list[str]) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run_dir", type=Path)
-    ap.add_argument("--recorded", type=Path, default=Path(__file__).resolve().parents[1] / "docs/results/acceptance.json")
-    ap.add_argument("--write", type=Path, default=None, help="folder for NAME.json, NAME_tables.md and the plots")
-    ap.add_argument("--results-md", type=Path, default=None, help="page whose generated issue-16 block is replaced")
-    ap.add_argument("--name", default="quality16")
-    args = ap.parse_args(argv)
-    records = json.loads((args.run_dir / "eval.json").read_text())["records"]
-    run = json.loads((args.run_dir / "run.json").read_text())
-    curves = json.loads((args.run_dir / "curves.json").read_text()) if (args.run_dir / "curves.json").is_file() else []
+def tables(records: list[dict], run: dict[str, Any], curves: list[dict]) -> list[str]:
+    """Every table of a run: MAL per draft and language, per position, dropped answers, learning curve."""
     drafts = list(dict.fromkeys(r["draft"] for r in records))
     lang_of = {r["draft"]: r.get("target_language", "en") for r in records}
-    out = ["## MAL, all / non-degenerate answers (k=3, MT-Bench 160 turns per language)", "", *mal_table(records, drafts),
-           "", "## Per-position acceptance (target language and English)", "",
-           *positions_table(records, drafts, lang_of), "", "## Training answers dropped as degenerate", "",
-           *dropped_table(run), "", "## English learning curve", "", *curve_table(curves)]
-    if args.recorded.is_file():
-        out += ["", "## Recorded figures of the shipped drafts (docs/results/acceptance.json, all answers)", "",
-                *recorded_table(args.recorded)]
+    return ["## MAL, all / non-degenerate answers (k=3, MT-Bench 160 turns per language)", "",
+            *mal_table(records, drafts), "", "## Per-position acceptance (target language and English)", "",
+            *positions_table(records, drafts, lang_of), "", "## Training answers dropped as degenerate", "",
+            *dropped_table(run), "", "## English learning curve", "", *curve_table(curves)]
+
+
+def main(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("results", type=Path, help="a run's committed records, docs/results/NAME.json")
+    ap.add_argument("--write", type=Path, default=None, help="folder for NAME_tables.md and the plots")
+    ap.add_argument("--no-plots", action="store_true", help="with --write: the tables only")
+    ap.add_argument("--results-md", type=Path, default=None, help="page whose generated block of the run is replaced")
+    args = ap.parse_args(argv)
+    name = args.results.stem
+    data = json.loads(args.results.read_text(encoding="utf-8"))
+    records, run, curves = data["records"], data["run"], data["curves"]
+    drafts = list(dict.fromkeys(r["draft"] for r in records))
+    lang_of = {r["draft"]: r.get("target_language", "en") for r in records}
+    out = tables(records, run, curves)
     print("\n".join(out))
     if args.write:
         args.write.mkdir(parents=True, exist_ok=True)
-        (args.write / f"{args.name}_tables.md").write_text(
+        (args.write / f"{name}_tables.md").write_text(
             "<!-- generated by scripts/quality_report.py; do not edit -->\n\n" + "\n".join(out) + "\n", encoding="utf-8")
-        data = {"benchmark": "mtbench-160", "k": 3, "method": "offline", "run": run, "curves": curves, "records": records}
-        (args.write / f"{args.name}.json").write_text(json.dumps(data, indent=None, ensure_ascii=False) + "\n",
-                                                      encoding="utf-8")
-        plot_curve(curves, args.write / f"{args.name}_curve.png")
-        plot_positions(records, drafts, lang_of, args.write / f"{args.name}_positions.png")
+        if not args.no_plots:
+            plot_curve(curves, args.write / f"{name}_curve.png")
+            plot_positions(records, drafts, lang_of, args.write / f"{name}_positions.png")
     if args.results_md:
         command = f"python scripts/quality_report.py {' '.join(argv)}"
-        replace_block(args.results_md, section(args.name, records, run, drafts, lang_of, command))
+        replace_block(args.results_md, section(name, records, run, drafts, lang_of, command))
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ class Connection(asyncio.Protocol):
         self.answer: Response | None = None
         self.closed = False
         self.idle_timer: asyncio.TimerHandle | None = None
+        self.requests = 0  # requests sent on this connection: from the second on, it is a reused one
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -57,6 +58,7 @@ class Connection(asyncio.Protocol):
         if answer is None or answer.complete:  # bytes nobody asked for: the connection cannot be trusted any more
             self.close()
             return
+        answer.received = True
         try:
             answer.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -106,8 +108,9 @@ class EnginePool:
             self._uncount(conn)
         return None
 
-    async def acquire(self, loop: asyncio.AbstractEventLoop, wait_s: float) -> Connection:
-        conn = self.take_idle()
+    async def acquire(self, loop: asyncio.AbstractEventLoop, wait_s: float, *, fresh: bool = False) -> Connection:
+        """An idle connection (unless ``fresh``), else a new one once the limit allows."""
+        conn = None if fresh else self.take_idle()
         if conn is not None:
             return conn
         if self.open >= self.limit:

@@ -20,7 +20,8 @@ What it keeps from the aiohttp session it replaced:
 - **Back-pressure.** Past ``HIGH_WATER`` unread bytes the connection stops reading from the engine until
   the router takes them, so a fast engine and a slow client cannot fill the router's memory.
 - **Reuse only when clean.** A connection goes back to its pool only after an answer read to its end
-  with keep-alive; an answer cut short closes it, which is what makes vLLM abort the request.
+  with keep-alive; an answer cut short closes it, which is what makes vLLM abort the request. A reused
+  connection the engine closed before any byte of an answer gets the request once more, on a new one.
 
 Every failure raises an `EngineIOError`; a timeout also is a `TimeoutError`.
 """
@@ -58,7 +59,7 @@ class Response:
 
     __slots__ = ("_conn", "_pool", "parser", "status", "headers", "_chunks", "_buffered", "_paused", "complete",
                  "_headers_done", "_delimited", "_keep_alive", "_error", "_waiter", "_timer", "_last", "_read_timeout_s",
-                 "_loop", "_finished")
+                 "_loop", "_finished", "received")
 
     def __init__(self, conn: Connection, pool: EnginePool, read_timeout_s: float,
                  loop: asyncio.AbstractEventLoop) -> None:
@@ -81,6 +82,7 @@ class Response:
         self._read_timeout_s = read_timeout_s
         self._loop = loop
         self._finished = False  # released or closed
+        self.received = False  # any byte of the answer came
 
     # httptools callbacks
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -255,12 +257,13 @@ class EngineClient:
                       read_timeout_s: float, pool_timeout_s: float) -> Response:
         """Send one request and wait for the answer's status and headers; its body is not read yet.
         ``headers``: a mapping, or its lines as `header_lines` encoded them (a request tried on several
-        engines encodes them once)."""
+        engines encodes them once).
+
+        A keep-alive connection the engine closes as the request goes out (idle too long on its side, or
+        the engine restarted) ends before any byte of an answer. That request is sent once more, on a new
+        connection: the rule of Go's net/http and of browsers for a reused connection. A new connection
+        that closes so is the engine's failure, raised as `EngineDisconnected`."""
         pool, path, host = self._target(url)
-        loop = asyncio.get_running_loop()
-        conn = await pool.acquire(loop, pool_timeout_s)
-        answer = Response(conn, pool, read_timeout_s, loop)
-        conn.answer = answer
         lines = headers if isinstance(headers, bytes) else header_lines(headers)
         head = [method.encode("latin-1"), b" ", path, b" HTTP/1.1\r\n", host, self._default, lines]
         if body is not None:
@@ -268,13 +271,27 @@ class EngineClient:
             head.append(body)
         else:
             head.append(b"\r\n")
-        try:
-            conn.transport.write(b"".join(head))  # type: ignore[union-attr]
-            await answer.wait_headers()
-        except BaseException:
-            answer.close()  # cancelled or failed before its headers: the connection cannot be reused
-            raise
-        return answer
+        data = b"".join(head)
+        loop = asyncio.get_running_loop()
+        conn = await pool.acquire(loop, pool_timeout_s)
+        while True:
+            reused = conn.requests > 0
+            conn.requests += 1
+            answer = Response(conn, pool, read_timeout_s, loop)
+            conn.answer = answer
+            try:
+                conn.transport.write(data)  # type: ignore[union-attr]
+                await answer.wait_headers()
+            except EngineDisconnected:
+                answer.close()
+                if not reused or answer.received:
+                    raise
+                conn = await pool.acquire(loop, pool_timeout_s, fresh=True)
+                continue
+            except BaseException:
+                answer.close()  # cancelled or failed before its headers: the connection cannot be reused
+                raise
+            return answer
 
     async def aclose(self) -> None:
         for pool in self._pools.values():

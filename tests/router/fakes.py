@@ -2,7 +2,8 @@
 
 It speaks just enough HTTP/1.1 (on raw asyncio streams, so it can misbehave at the socket level)
 to pass health checks, then fails every completion request in the chosen way (``slow`` alone answers
-correctly, at a pace a test controls: the stream a drain or a lost registry is seen through):
+correctly, at a pace a test controls: the stream a drain or a lost registry is seen through; ``stale``
+answers too, then drops the connection it kept alive):
 
 - ``crash``: closes the connection after reading the request, before any response byte;
 - ``error500``: answers 500 with an error body;
@@ -15,6 +16,9 @@ correctly, at a pace a test controls: the stream a drain or a lost registry is s
   kernel's socket buffers) took so far;
 - ``nodone``: starts a 200 SSE stream, sends two chunks, then ends the chunked body cleanly (the
   terminating zero-size chunk) without ``data: [DONE]``: an engine that stopped without finishing;
+- ``stale``: answers every completion correctly (a JSON body, the connection kept alive), then closes that
+  connection when the next request arrives on it, without answering it: a server closing its idle
+  keep-alive connection just as a request goes out (``stale_closes`` counts them);
 - ``slow``: a 200 SSE stream of ``slow_chunks`` chunks, one every ``slow_interval_s`` seconds, then
   ``[DONE]``; the number of chunks a request asks for in ``max_tokens``, when given, overrides
   ``slow_chunks`` (so one server can serve short and long streams). Correct, but slow: for drains.
@@ -29,7 +33,7 @@ import threading
 from polyspec.core.ports import free_port
 
 MODEL_ID = "broken-engine-model"
-MODES = ("crash", "error500", "reject", "hang", "drop", "flood", "nodone", "slow")
+MODES = ("crash", "error500", "reject", "hang", "drop", "flood", "nodone", "slow", "stale")
 FLOOD_BYTES = 512 * 1024 * 1024
 
 
@@ -39,6 +43,11 @@ def _response(status: str, body: bytes, content_type: str = "application/json", 
     connection = "Connection: close\r\n" if close else ""
     head = f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n{connection}\r\n"
     return head.encode() + body
+
+
+# The head of every streamed answer: the fake closes the connection after a stream, so it says so.
+STREAM_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+               b"Connection: close\r\n\r\n")
 
 
 def _chunk(data: bytes) -> bytes:
@@ -58,6 +67,7 @@ class BrokenEngine:
         self.last_body: dict | None = None  # the completion request as the router forwarded it
         self.last_headers: dict[str, str] = {}
         self.connections_closed_by_peer = 0
+        self.stale_closes = 0
         self.flood_sent: list[int] = []  # flood: bytes per stream, as far as the socket took them
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -111,6 +121,7 @@ class BrokenEngine:
         return method, path
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        answered = False  # stale: this connection carried an answer already
         try:
             while True:
                 method, path = await self._read_request(reader)
@@ -118,6 +129,16 @@ class BrokenEngine:
                     writer.write(_response("200 OK", b""))
                 elif method == "GET" and path == "/v1/models":
                     body = {"object": "list", "data": [{"id": self.model_id, "object": "model"}]}
+                    writer.write(_response("200 OK", json.dumps(body).encode()))
+                elif self.mode == "stale":
+                    self.completion_requests += 1
+                    if answered:  # a request on a connection the server has already let go
+                        self.stale_closes += 1
+                        return
+                    answered = True
+                    body = {"id": "x", "object": "chat.completion", "model": self.model_id,
+                            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello"},
+                                         "finish_reason": "stop"}]}
                     writer.write(_response("200 OK", json.dumps(body).encode()))
                 elif self.mode == "reject":  # answered, and the connection stays open for the next request
                     self.completion_requests += 1
@@ -155,7 +176,7 @@ class BrokenEngine:
         elif self.mode in ("nodone", "slow"):
             await self._stream_slowly(writer)
         elif self.mode == "flood":
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+            writer.write(STREAM_HEAD)
             event = {"id": "x", "object": "chat.completion.chunk", "model": self.model_id,
                      "choices": [{"index": 0, "delta": {"content": "flood " * 100}, "finish_reason": None}]}
             block = _chunk(f"data: {json.dumps(event)}\n\n".encode() * 64)  # ~40 KB of events per write
@@ -169,7 +190,7 @@ class BrokenEngine:
             await writer.drain()
 
     async def _stream_slowly(self, writer: asyncio.StreamWriter) -> None:
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        writer.write(STREAM_HEAD)
         if self.mode == "nodone":
             texts = ["Hel", "lo"]
         else:

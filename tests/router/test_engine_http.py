@@ -228,6 +228,58 @@ def test_refused_cut_and_garbled_answers_raise_engine_errors() -> None:
     run(main())
 
 
+def test_a_reused_connection_closed_before_any_answer_byte_is_retried_once_on_a_new_one() -> None:
+    async def main() -> None:
+        async def one_answer_then_drop(reader, writer):
+            body = await engine.read_request(reader)
+            writer.write(ok(body))  # kept alive ...
+            await writer.drain()
+            await engine.read_request(reader)  # ... and let go as the next request arrives: no answer
+            writer.close()
+
+        async with Engine(one_answer_then_drop) as engine:
+            c = client()
+            for i in range(3):
+                answer = await c.request("POST", engine.url + "/v1/completions", b'{"n": %d}' % i, {}, 5, 5)
+                assert await answer.read() == b'{"n": %d}' % i
+                answer.release()
+            assert engine.connections == 3 and len(engine.heads) == 5  # two requests went twice
+            await c.aclose()
+
+        async def drop_on_first(reader, writer):
+            await engine.read_request(reader)
+            writer.close()
+
+        async with Engine(drop_on_first) as engine:  # a new connection closed so: the engine's failure
+            c = client()
+            with pytest.raises(EngineDisconnected):
+                await c.request("POST", engine.url + "/v1/completions", b"{}", {}, 5, 5)
+            assert engine.connections == 1
+            await c.aclose()
+
+        async def answer_then_half_a_head(reader, writer):
+            body = await engine.read_request(reader)
+            writer.write(ok(body))
+            await writer.drain()
+            await engine.read_request(reader)
+            writer.write(b"HTTP/1.1 200 O")  # part of an answer came: the request reached the engine
+            await writer.drain()
+            writer.close()
+
+        async with Engine(answer_then_half_a_head) as engine:
+            c = client()
+            first = await c.request("POST", engine.url + "/v1/completions", b"{}", {}, 5, 5)
+            assert await first.read() == b"{}"
+            first.release()
+            with pytest.raises(EngineDisconnected):
+                await c.request("POST", engine.url + "/v1/completions", b"{}", {}, 5, 5)
+            assert engine.connections == 1 and len(engine.heads) == 2  # not sent again
+            assert all(pool.open == 0 for pool in c._pools.values())
+            await c.aclose()
+
+    run(main())
+
+
 def test_an_answer_without_length_ends_with_its_connection() -> None:
     async def main() -> None:
         async def close_delimited(reader, writer):

@@ -43,6 +43,22 @@ def test_crash_before_first_byte_with_no_alternative_gives_502(registry, registr
             assert fake.completion_requests == 1
 
 
+def test_a_kept_alive_connection_the_engine_drops_is_retried_once_on_a_new_one(registry, registry_url):
+    """The engine closes its idle keep-alive connection just as the router reuses it: no byte of an answer
+    came, so the request goes once more on a new connection and the client never sees the race."""
+    with BrokenEngine("stale") as fake:
+        registry.deploy(None, name="stale", url=fake.url, languages=["en"], default=True)
+        with serve_router(registry_url, fail_threshold=1) as router:
+            for i in range(3):
+                resp = chat(router.url, f"Hello there, number {i}")
+                assert resp.status_code == 200, resp.text
+                assert resp.json()["choices"][0]["message"]["content"] == "Hello"
+            assert fake.stale_closes == 2 and fake.completion_requests == 5  # 3 answered, 2 dropped unanswered
+            metrics = httpx.get(f"{router.url}/metrics").text
+            assert "polyspec_upstream_errors_total{" not in metrics
+            assert httpx.get(f"{router.url}/ready").status_code == 200  # never marked as failing
+
+
 def test_hang_times_out_with_504(registry, registry_url):
     with BrokenEngine("hang") as fake:
         registry.deploy(None, name="hangs", url=fake.url, languages=["en"], default=True)

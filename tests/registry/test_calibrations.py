@@ -34,9 +34,10 @@ def test_the_newest_calibration_reaches_the_deployment_view(reg, deployed) -> No
     views = {d.name: d for d in reg.active_deployments()}
     assert views["en-engine"].step_s == {1: 0.07, 4: 0.12}  # newest point per batch size
     assert views["plain"].step_s == {1: 0.05}
-    # The speed model predicts for all traffic: the evaluation over all answers, not the non-degenerate one.
-    assert views["en-engine"].offline_acceptance == {"fr": [0.3, 0.1, 0.05]}
-    assert views["en-engine"].offline_samples == {"fr": 80}
+    # The speed model reads the non-degenerate answers' figure when there is one (served answers loop far less
+    # than offline ones), even over fewer prompts.
+    assert views["en-engine"].offline_acceptance == {"fr": [0.5, 0.3, 0.2]}
+    assert views["en-engine"].offline_samples == {"fr": 40}
     assert views["en-engine"].k == 3
     points = reg.calibrations("en-engine")
     assert [(p.batch_size, p.step_s, p.draft_name, p.k) for p in points] == [

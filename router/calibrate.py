@@ -7,6 +7,12 @@ over the requests (prefill included: the figure is what a client sees, the same 
 measures live). One warm-up request first, so that no compile or cache fill lands in a measurement.
 Several engines are measured in turns, wave by wave (``calibrate_engines``), not one after another.
 
+Prefill is measured apart (``prefill_s_per_token`` in every point's details): after the step waves, ``waves``
+pairs of one-token completions, a short prompt and a long one, each opened by a fresh tag so that no prefix
+cache serves it; the figure is the median over the pairs of their time difference over their prompt-token
+difference. A chat request's prompt runs to hundreds of tokens and its prefill is a tenth of its time or
+more (docs/speed.md, "Prefill"); the step waves' short prompts hide almost none of it.
+
 Acceptance does not matter here: the speed model takes tokens per step from the acceptance figures, and
 the step time of an engine hardly depends on how many drafts the verifier accepts.
 """
@@ -16,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +38,7 @@ PROMPTS = (
     "Describe the water cycle to a ten-year-old.",
 )
 MAX_BATCH = 256
+LONG_PROMPT = " ".join(PROMPTS * 3)  # about 180 tokens: the length of a long chat turn
 
 
 class CalibrationFailed(Unavailable):
@@ -73,6 +81,13 @@ async def _model_id(client: httpx.AsyncClient, url: str) -> str:
 async def _one(client: httpx.AsyncClient, url: str, model: str, prompt: str, max_tokens: int,
                speculates: bool) -> tuple[float, int, int]:
     """(wall seconds, steps, completion tokens) of one completion."""
+    wall, steps, tokens, _ = await _completion(client, url, model, prompt, max_tokens, speculates)
+    return wall, steps, tokens
+
+
+async def _completion(client: httpx.AsyncClient, url: str, model: str, prompt: str, max_tokens: int,
+                      speculates: bool) -> tuple[float, int, int, int]:
+    """(wall seconds, steps, completion tokens, prompt tokens) of one completion."""
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
     started = time.perf_counter()
     resp = await client.post(f"{url}/v1/completions", json=body)
@@ -82,19 +97,32 @@ async def _one(client: httpx.AsyncClient, url: str, model: str, prompt: str, max
     try:
         data = resp.json()
         tokens = int(data["usage"]["completion_tokens"])
+        prompt_tokens = int(data["usage"].get("prompt_tokens") or 0)
         spec = (data.get("metrics") or {}).get("speculative_decoding") or {}
     except (ValueError, KeyError, TypeError) as exc:
         raise CalibrationFailed(f"{url} answered a completion without usage ({type(exc).__name__})") from None
     steps = int(spec.get("num_spec_steps") or 0) if speculates else tokens
-    if speculates and steps <= 0:
+    if speculates and steps <= 0 and max_tokens > 1:
         raise CalibrationFailed(f"{url} reports no speculative steps: is it started with a draft and "
                                 "--per-request-spec-decode-metrics summary?")
-    return wall, steps, tokens
+    return wall, steps, tokens, prompt_tokens
+
+
+async def _prefill(client: httpx.AsyncClient, url: str, model: str, speculates: bool) -> float | None:
+    """Seconds per prompt token of one pair: a one-token completion of a long prompt less one of a short
+    prompt, over their prompt-token difference; both open with a fresh tag so no prefix cache serves them.
+    None when the engine reports no prompt tokens or the long prompt was not the longer one."""
+    tag = uuid.uuid4().hex[:8]
+    short = await _completion(client, url, model, f"[{tag}] {PROMPTS[0]}", 1, speculates)
+    long = await _completion(client, url, model, f"[{tag}-long] {LONG_PROMPT}", 1, speculates)
+    extra = long[3] - short[3]
+    return max(0.0, long[0] - short[0]) / extra if extra > 0 else None
 
 
 async def calibrate_engines(engines: Mapping[str, tuple[str, bool]], *, batches: Sequence[int], waves: int = 2,
                             max_tokens: int = 64, timeout_s: float = 600.0,
-                            progress: Callable[[str, int], None] | None = None
+                            progress: Callable[[str, int], None] | None = None,
+                            transport: httpx.AsyncBaseTransport | None = None,
                             ) -> dict[str, list[Point] | CalibrationFailed]:
     """The step-cost curves of several engines (name -> (url, speculates)), measured in turns: each wave of
     each batch size goes to every engine before the next wave, in an order that turns per wave. Whatever
@@ -102,13 +130,14 @@ async def calibrate_engines(engines: Mapping[str, tuple[str, bool]], *, batches:
     does not remove the noise of the few requests behind each point: engines of one shape still calibrated
     far apart on a shared 2-core machine (docs/speed.md, Figures). An engine that fails is reported as its
     CalibrationFailed; the others go on.
-    ``progress(name, n)`` is told of each n requests done on an engine."""
+    ``progress(name, n)`` is told of each n requests done on an engine; ``transport`` replaces the network
+    (tests)."""
     widest = max(batches) + 1
     limits = httpx.Limits(max_connections=widest * max(1, len(engines)), max_keepalive_connections=widest * len(engines))
     failed: dict[str, CalibrationFailed] = {}
     models: dict[str, str] = {}
     samples: dict[str, dict[int, list[tuple[float, int, int]]]] = {}
-    async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
+    async with httpx.AsyncClient(timeout=timeout_s, limits=limits, transport=transport) as client:
         urls = {name: url.rstrip("/") for name, (url, _) in engines.items()}
         for name, (_, speculates) in engines.items():
             try:
@@ -133,7 +162,16 @@ async def calibrate_engines(engines: Mapping[str, tuple[str, bool]], *, batches:
                         continue
                     if progress is not None:
                         progress(name, batch)
-    return {name: failed.get(name) or [_point(b, samples[name][b], max_tokens) for b in batches] for name in engines}
+        prefill: dict[str, list[float]] = {name: [] for name in engines}
+        for _ in range(waves):  # in turns as well, for the same reason
+            for name in [n for n in engines if n not in failed]:
+                try:
+                    if (figure := await _prefill(client, urls[name], models[name], engines[name][1])) is not None:
+                        prefill[name].append(figure)
+                except (CalibrationFailed, httpx.HTTPError) as exc:
+                    failed[name] = _failure(urls[name], exc)
+    return {name: failed.get(name) or [_point(b, samples[name][b], max_tokens, prefill[name]) for b in batches]
+            for name in engines}
 
 
 def _failure(url: str, exc: Exception) -> CalibrationFailed:
@@ -141,9 +179,12 @@ def _failure(url: str, exc: Exception) -> CalibrationFailed:
     return exc if isinstance(exc, CalibrationFailed) else CalibrationFailed(f"{url}: {type(exc).__name__}: {exc}")
 
 
-def _point(batch: int, samples: list[tuple[float, int, int]], max_tokens: int) -> Point:
+def _point(batch: int, samples: list[tuple[float, int, int]], max_tokens: int, prefill: Sequence[float] = ()) -> Point:
     steps = [wall / max(1, n) for wall, n, _ in samples]
     tps = [tokens / wall for wall, _, tokens in samples if wall > 0]
-    return Point(batch, statistics.median(steps), statistics.median(tps), len(samples), {
+    details: dict[str, Any] = {
         "step_s_min": min(steps), "step_s_max": max(steps), "max_tokens": max_tokens,
-        "tokens_per_step": sum(t for _, _, t in samples) / max(1, sum(n for _, n, _ in samples))})
+        "tokens_per_step": sum(t for _, _, t in samples) / max(1, sum(n for _, n, _ in samples))}
+    if prefill:  # the engine's, not the batch's: measured one request at a time
+        details["prefill_s_per_token"] = statistics.median(prefill)
+    return Point(batch, statistics.median(steps), statistics.median(tps), len(samples), details)

@@ -1,0 +1,67 @@
+"""router.calibrate on a fake engine with a known cost model (no vLLM): the step time and the prefill per prompt
+token it reports are the engine's, and no prefill request reuses a prompt a prefix cache could serve."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from polyspec.router import calibrate
+
+STEP_S = 0.08  # seconds per verify step of the fake engine
+PREFILL_S = 0.004  # seconds per prompt token
+TOKENS_PER_STEP = 2
+
+
+class FakeEngine:
+    """Answers /v1/models and /v1/completions; each completion advances a fake clock by its prefill and steps."""
+
+    def __init__(self, *, report_prompt_tokens: bool = True) -> None:
+        self.now = 0.0
+        self.prompts: list[str] = []
+        self.report_prompt_tokens = report_prompt_tokens
+
+    def clock(self) -> float:
+        return self.now
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json={"data": [{"id": "fake"}]})
+        body = json.loads(request.content)
+        self.prompts.append(body["prompt"])
+        prompt_tokens = len(body["prompt"].split())
+        tokens = body["max_tokens"]
+        steps = max(1, -(-tokens // TOKENS_PER_STEP))
+        self.now += prompt_tokens * PREFILL_S + steps * STEP_S
+        usage = {"completion_tokens": tokens, **({"prompt_tokens": prompt_tokens} if self.report_prompt_tokens else {})}
+        return httpx.Response(200, json={"usage": usage, "metrics": {"speculative_decoding": {"num_spec_steps": steps}}})
+
+
+def _run(engine: FakeEngine, monkeypatch: pytest.MonkeyPatch, waves: int = 3) -> list[calibrate.Point]:
+    monkeypatch.setattr(calibrate.time, "perf_counter", engine.clock)
+    found = asyncio.run(calibrate.calibrate_engines({"e": ("http://engine", True)}, batches=[1], waves=waves,
+                                                    max_tokens=64, transport=httpx.MockTransport(engine.handle)))
+    result = found["e"]
+    assert isinstance(result, list), result
+    return result
+
+
+def test_prefill_per_prompt_token_is_measured_apart_from_the_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = FakeEngine()
+    [point] = _run(engine, monkeypatch)
+    assert point.details["prefill_s_per_token"] == pytest.approx(PREFILL_S)
+    # The step waves' short prompts carry a little prefill: wall time over steps, as the router measures it.
+    short = len(calibrate.PROMPTS[0].split())
+    assert STEP_S < point.step_s <= STEP_S + short * PREFILL_S / 32 + 1e-9
+    # Every prefill request opens with its own tag: no prefix cache can serve one from another.
+    tagged = [p for p in engine.prompts if p.startswith("[")]
+    assert len(tagged) == 2 * 3 and len({p.split("]")[0] for p in tagged}) == len(tagged)
+    assert point.to_json()["details"]["prefill_s_per_token"] == pytest.approx(PREFILL_S)
+
+
+def test_an_engine_that_reports_no_prompt_tokens_gets_no_prefill_figure(monkeypatch: pytest.MonkeyPatch) -> None:
+    [point] = _run(FakeEngine(report_prompt_tokens=False), monkeypatch, waves=2)
+    assert "prefill_s_per_token" not in point.details and point.step_s > STEP_S

@@ -12,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from polyspec.core.languages import MULTILINGUAL, UNDETERMINED
-from polyspec.registry import deployments
+from polyspec.registry import calibrations, deployments
 from polyspec.registry.fleet_plan import Cell, FleetPlan, PlanError, cell
 from polyspec.registry.fleet_search import MAX_PLAN_K, Candidate, Inputs, plan_fleet
 from polyspec.registry.planning import with_shared_steps
@@ -58,8 +58,9 @@ def candidates(session: Session, verifier: str, *, max_k: int = MAX_PLAN_K) -> l
 
 
 def gather(session: Session, verifier: str, **settings: Any) -> Inputs:
-    """Acceptance of every draft of the verifier, live counters and the calibrated step curves of the active
-    deployments (engines of one shape pooled, as the router reads them), keyed by (draft vocabulary, k)."""
+    """Acceptance of every draft of the verifier, live counters, and the calibrated step curves and prefill
+    figures of the active deployments (engines of one shape pooled, as the router reads them), keyed by
+    (draft vocabulary, k)."""
     offline: dict[str, dict[str, list[float]]] = {}
     samples: dict[str, dict[str, int]] = {}
     for row in session.scalars(select(Draft).join(Verifier).where(Verifier.name == verifier)):
@@ -68,14 +69,28 @@ def gather(session: Session, verifier: str, **settings: Any) -> Inputs:
     live = {(r.language, r.domain, r.draft_name): r for r in deployments.live_stats(session)}
     vocab = {ref: d.draft_vocab_size for ref, d in drafts_of(session, verifier).items()}
     pooled: dict[tuple[int | None, int], dict[int, list[float]]] = defaultdict(dict)
+    prefill: dict[tuple[int | None, int], list[float]] = defaultdict(list)
+    measured = _prefill_figures(session)
     views = [v for v in deployments.views(session) if v.verifier_name == verifier and v.step_s]
     for view in with_shared_steps(views):
         key = (vocab.get(view.draft), view.k or 0) if view.draft else (None, 0)
         for batch, seconds in view.step_s.items():
             pooled[key].setdefault(batch, []).append(seconds)
+        if (figure := measured.get((view.name, view.draft or "none", view.k or 0))) is not None:
+            prefill[key].append(figure)
     curves = {key: {b: sum(v) / len(v) for b, v in sorted(points.items())} for key, points in pooled.items()}
     return Inputs(offline=offline, offline_samples=samples, live=live, curves=curves, calibrated=bool(curves),
-                  **settings)
+                  prefill={key: sum(v) / len(v) for key, v in prefill.items()}, **settings)
+
+
+def _prefill_figures(session: Session) -> dict[tuple[str, str, int], float]:
+    """(deployment, draft, k) -> seconds per prompt token, from the newest calibration that measured it."""
+    out: dict[tuple[str, str, int], float] = {}
+    for point in calibrations.latest(session):
+        figure = point.details.get("prefill_s_per_token")
+        if isinstance(figure, (int, float)) and not isinstance(figure, bool) and 0 < figure < 1:
+            out[(point.deployment, point.draft_name, point.k)] = float(figure)
+    return out
 
 
 def live_traffic(session: Session) -> list[Cell]:

@@ -64,6 +64,7 @@ class Inputs:
     offline_samples: Mapping[str, Mapping[str, int]]
     live: Mapping[tuple[str, str, str], LiveStatRecord]  # (language, domain, draft ref) -> counters
     curves: Mapping[tuple[int | None, int], dict[int, float]]  # (vocab, k) -> step curve; (None, 0): plain
+    prefill: Mapping[tuple[int | None, int], float] = field(default_factory=dict)  # (vocab, k) -> s per prompt token
     answer_tokens: int = 96
     prompt_tokens: int = 110
     concurrency: float = 1.0
@@ -89,6 +90,23 @@ def step_curve(inputs: Inputs, cand: Candidate) -> dict[int, float]:
             for b, s in ref.items()}
 
 
+def prefill_cost(inputs: Inputs, cand: Candidate, plain_step_s: float) -> float:
+    """Seconds per prompt token on the candidate's engine: its own (vocab, k) calibration's prefill figure;
+    else, for a draft engine, the mean of those measured with its draft vocabulary (prefill runs the draft
+    over the prompt once, whatever k), else of every measured draft engine; else PREFILL_STEPS_PER_TOKEN
+    verifier-alone steps."""
+    measured = inputs.prefill
+    key = (cand.vocab, cand.k) if cand.draft is not None else (None, 0)
+    if key in measured:
+        return measured[key]
+    if cand.draft is not None:
+        for same in ([v for (vocab, k), v in measured.items() if k and vocab == cand.vocab],
+                     [v for (_, k), v in measured.items() if k]):
+            if same:
+                return sum(same) / len(same)
+    return PREFILL_STEPS_PER_TOKEN * plain_step_s
+
+
 def estimate(inputs: Inputs, cand: Candidate, cell: Cell) -> AcceptanceEstimate:
     if cand.draft is None:
         return AcceptanceEstimate((), 0.0, 0)
@@ -107,7 +125,9 @@ class Model:
         self.inputs, self.candidates, self.cells = inputs, list(candidates), list(cells)
         self.curves = {c.name: step_curve(inputs, c) for c in self.candidates}
         plain = self.curves.get("no-spec") or inputs.curves.get((None, 0)) or {1: PRIOR_PLAIN_STEP_S}
-        self.prefill = PREFILL_STEPS_PER_TOKEN * (interpolate(plain, 1) or PRIOR_PLAIN_STEP_S)
+        plain_s = interpolate(plain, 1) or PRIOR_PLAIN_STEP_S
+        self.prefills = {c.name: prefill_cost(inputs, c, plain_s) for c in self.candidates}
+        self.prefill = prefill_cost(inputs, Candidate("no-spec", None, 0, None), plain_s)  # the verifier alone's
         self.expected = {(c.name, x.key): estimate(inputs, c, x).mean(c.k) if c.draft else 1.0
                          for c in self.candidates for x in self.cells}
         self._tps: dict[tuple[str, str, float], float] = {}
@@ -124,7 +144,8 @@ class Model:
     def _predict(self, cand: Candidate, cell: Cell, batch: float) -> float:
         return request_tokens_per_second(self.expected[(cand.name, cell.key)], self.step(cand, batch),
                                          answer_tokens=self.inputs.answer_tokens,
-                                         prompt_tokens=self.inputs.prompt_tokens, prefill_s_per_token=self.prefill) or 0.0
+                                         prompt_tokens=self.inputs.prompt_tokens,
+                                         prefill_s_per_token=self.prefills[cand.name]) or 0.0
 
     def assign(self, fleet: Mapping[str, int]) -> tuple[float, dict[str, tuple[Candidate, float]]]:
         """The weighted tokens/s of a fleet (candidate name -> replicas) and each cell's (deployment, tps):
@@ -244,6 +265,7 @@ def _as_plan(model: Model, verifier: str, engines: int, fleet: dict[str, int], m
         weighted_tps=round(total, 3), plain_weighted_tps=round(plain_total, 3),
         speedup=round(total / plain_total, 3) if plain_total else 0.0, marginal=marginal,
         assumptions={"answer_tokens": inputs.answer_tokens, "prompt_tokens": inputs.prompt_tokens,
-                     "prefill_ms_per_token": round(model.prefill * 1e3, 3), "concurrency": inputs.concurrency,
+                     "prefill_ms_per_token": round(model.prefill * 1e3, 3),
+                     "prefill": "calibrated" if inputs.prefill else "prior (no engine's prefill measured)", "concurrency": inputs.concurrency,
                      "step_times": "calibrated" if inputs.calibrated else "prior (no calibrated engine)",
                      "objective": "sum over cells of share x predicted tokens/s of one stream"})

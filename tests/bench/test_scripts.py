@@ -1,10 +1,8 @@
 """The lab's scripts/: every script a page, a script or the Makefile names exists, every shell script parses, and
-the issue-16 quality blocks of docs/results.md are scripts/quality_report.py's rendering of the committed records."""
+both GPU sequences of the product CLI prepare the device through one step."""
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import re
 import subprocess
 from pathlib import Path
@@ -13,7 +11,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMED = re.compile(r"\bscripts/([\w-]+\.(?:py|sh))\b")
-QUALITY_RUNS = ("quality16", "quality16b", "quality16c", "quality16d")
 
 
 def _naming_files() -> list[Path]:
@@ -50,38 +47,3 @@ def test_the_device_calls_prepare_through_the_shared_step() -> None:
     prep = (ROOT / "scripts" / "device_prep.sh").read_text(encoding="utf-8")
     assert ".device/m1/part00" in prep and ".device/whl/*.whl" in prep
     assert 'for d in core models registry router training; do ln -s "$PWD/$d" "/tmp/pkg/polyspec/$d"' in prep
-
-
-def _quality_report():
-    spec = importlib.util.spec_from_file_location("quality_report", ROOT / "scripts" / "quality_report.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.mark.parametrize("name", QUALITY_RUNS)
-def test_quality_tables_are_the_rendering_of_the_committed_records(name: str) -> None:
-    report = _quality_report()
-    data = json.loads((ROOT / "docs" / "results" / f"{name}.json").read_text(encoding="utf-8"))
-    tables = "\n".join(report.tables(data["records"], data["run"], data["curves"]))
-    committed = (ROOT / "docs" / "results" / f"{name}_tables.md").read_text(encoding="utf-8")
-    assert committed.split("\n", 2)[2] == tables + "\n", (
-        f"docs/results/{name}_tables.md is stale: regenerate it with "
-        f"`python scripts/quality_report.py docs/results/{name}.json --write docs/results`")
-
-
-@pytest.mark.parametrize("name", QUALITY_RUNS[:3])
-def test_quality_blocks_are_the_rendering_of_the_committed_records(name: str) -> None:
-    """The block in docs/results.md is the rendering of the committed records, and names a command that reads them."""
-    report = _quality_report()
-    page = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
-    begin, end = report.marks(name)
-    command = re.search(r"```\n(python scripts/quality_report\.py [^\n]+)\n```", page.split(begin, 1)[1].split(end, 1)[0])
-    assert command and command[1] == (f"python scripts/quality_report.py docs/results/{name}.json "
-                                      "--write docs/results --results-md docs/results.md")
-    data = json.loads((ROOT / "docs" / "results" / f"{name}.json").read_text(encoding="utf-8"))
-    records = data["records"]
-    drafts = list(dict.fromkeys(r["draft"] for r in records))
-    lang_of = {r["draft"]: r.get("target_language", "en") for r in records}
-    block = "\n".join(report.section(name, records, data["run"], drafts, lang_of, command[1]))
-    assert block in page, f"docs/results.md's {name} block is stale: regenerate it with `{command[1]}`"

@@ -21,6 +21,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from docs_block import replace_block  # noqa: E402
+
 LANGS = ("en", "fr", "de", "es", "it", "ru", "zh", "ja", "ko")
 
 
@@ -195,18 +199,6 @@ def section(name: str, records: list[dict], run: dict[str, Any], drafts: list[st
             f"Every table of the run (all languages, per position, dropped answers, learning curve): "
             f"[`results/{name}_tables.md`](results/{name}_tables.md); every record: "
             f"[`results/{name}.json`](results/{name}.json).", "", end]
-
-
-def replace_block(page: Path, block: list[str]) -> None:
-    text = page.read_text(encoding="utf-8")
-    new = "\n".join(block)
-    begin, end = block[0], block[-1]
-    if begin in text and end in text:
-        head, rest = text.split(begin, 1)
-        text = head + new + rest.split(end, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + new + "\n"
-    page.write_text(text, encoding="utf-8")
 
 
 def tables(records: list[dict], run: dict[str, Any], curves: list[dict]) -> list[str]:

@@ -22,7 +22,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ROUTER_CPU_TARGET_MS, interval_text  # noqa: E402
+from bench.common import interval_text  # noqa: E402
+from bench.router_overhead import CPU_RATIO_TARGET, FLOOR_EXCESS_TARGET_MS, router_targets  # noqa: E402
 from bench.fleet_figures import fleet_plan_md  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
@@ -58,44 +59,46 @@ def overhead_md(d: dict[str, Any]) -> str:
 
 
 def _floor_md(d: dict[str, Any]) -> list[str]:
-    """Router CPU per request against the floor (bench/python_floor.py), when the run measured it."""
-    floor = d["targets"].get("cpu_floor_ms_per_req")
-    if not floor:
+    """Router CPU per request against vllm-router and the floor (bench/python_floor.py), and the router CPU
+    targets judged on the run (bench/router_overhead.router_targets), when the run measured both."""
+    t = router_targets(d["concurrency"])
+    if "cpu_vs_vllm_router" not in t or "cpu_over_floor_ms_per_req" not in t:
         return []
-    lines = ["Router CPU per request, ms (non-streamed / streamed): polyspec, the Python floor (its server and "
-             "upstream client with nothing on top), polyspec's own work (the difference) and vllm-router:", "",
-             "| conc | polyspec | floor | polyspec − floor | vllm_router | CPU target |", "|---:|---:|---:|---:|---:|---:|"]
+    lines = ["Router CPU per request, ms (non-streamed / streamed): polyspec, vllm-router, their ratio, the Python "
+             "floor (its server and upstream client with nothing on top) and polyspec's own work (polyspec − floor):",
+             "", "| conc | polyspec | vllm_router | polyspec / vllm_router | floor | polyspec − floor |",
+             "|---:|---:|---:|---:|---:|---:|"]
     for conc, by in d["concurrency"].items():
-        cells = []
-        for name in ("polyspec", "python_floor"):
-            cells.append(f"{by[name]['cpu_ms_per_req']:.2f} / {by[name]['stream']['cpu_ms_per_req']:.2f}")
-        own = d["targets"]["cpu_over_floor_ms_per_req"][conc]
-        cells.append(f"{own[0]:.2f} / {own[1]:.2f}")
-        vr = by.get("vllm_router")
-        cells.append(f"{vr['cpu_ms_per_req']:.2f} / {vr['stream']['cpu_ms_per_req']:.2f}" if vr else "–")
-        lines.append(f"| {conc} | " + " | ".join(cells) + f" | {ROUTER_CPU_TARGET_MS:.2f} |")
+        cells = [f"{by[n]['cpu_ms_per_req']:.2f} / {by[n]['stream']['cpu_ms_per_req']:.2f}" for n in ("polyspec", "vllm_router")]
+        cells.append(" / ".join(f"{x:.2f}x" for x in t["cpu_vs_vllm_router"][conc]))
+        cells.append(" / ".join(f"{x:.2f}" for x in t["cpu_floor_ms_per_req"][conc]))
+        cells.append(" / ".join(f"{x:.2f}" for x in t["cpu_over_floor_ms_per_req"][conc]))
+        lines.append(f"| {conc} | " + " | ".join(cells) + " |")
     return [*lines, "", *_target_md(d), ""]
 
 
 def _target_md(d: dict[str, Any]) -> list[str]:
-    """The router CPU target (0.4 ms) against the run: polyspec's worst cell, the floor's, and vllm-router's."""
-    def worst(name: str) -> tuple[float, str] | None:
-        cells = [((by[name]["stream"] if streamed else by[name])["cpu_ms_per_req"],
-                  f"c={conc}{', streamed' if streamed else ''}")
-                 for conc, by in d["concurrency"].items() if name in by for streamed in (False, True)]
-        return max(cells, key=lambda cell: cell[0]) if cells else None  # the first of equal cells
+    """The router CPU targets on the run, one line each: met or missed, and by what."""
+    t = router_targets(d["concurrency"])
 
-    poly, floor, vr = worst("polyspec"), worst("python_floor"), worst("vllm_router")
-    if not (poly and floor):
-        return []
-    left = (f"which leaves {ROUTER_CPU_TARGET_MS - floor[0]:.3f} ms for all of polyspec's own work there (language ID, policy, "
-            "accounting, headers)" if floor[0] < ROUTER_CPU_TARGET_MS else "above the target before polyspec does any work of its own")
-    line = (f"The router CPU target of {ROUTER_CPU_TARGET_MS:g} ms in this run: polyspec's worst cell {poly[0]:.3f} ms ({poly[1]}); the Python floor "
-            f"alone {floor[0]:.3f} ms ({floor[1]}), {left}")
-    if vr:
-        line += (f"; vllm-router (Rust, round robin, no language ID) {vr[0]:.3f} ms ({vr[1]}), "
-                 f"{'within' if vr[0] <= ROUTER_CPU_TARGET_MS else 'above'} the target before any language ID")
-    return [line + "."]
+    def verdict(key: str) -> str:
+        return "**met**" if t[key] else "**missed**"
+
+    ratio_cell = max(((conc, streamed) for conc in t["cpu_vs_vllm_router"] for streamed in (0, 1)),
+                     key=lambda cell: t["cpu_vs_vllm_router"][cell[0]][cell[1]])  # the first of equal cells
+    own_conc = max(t["cpu_over_floor_ms_per_req"], key=lambda conc: t["cpu_over_floor_ms_per_req"][conc][0])
+    lines = ["Router CPU targets in this run (`router_targets`, language ID and the speed policy on):", "",
+             f"- polyspec's CPU per request at most {CPU_RATIO_TARGET:g}x vllm-router's in every cell: "
+             f"{verdict('cpu_within_2x_vllm_router')}; the highest ratio {t['cpu_vs_vllm_router_max']:.2f}x "
+             f"(c={ratio_cell[0]}{', streamed' if ratio_cell[1] else ''}).",
+             f"- polyspec's own work above the Python floor at most {FLOOR_EXCESS_TARGET_MS:g} ms per request, not streamed: "
+             f"{verdict('cpu_over_floor_within_0_2ms')}; the most {t['cpu_over_floor_max_ms']:.3f} ms (c={own_conc})."]
+    if "c256_p50_added_ms" in t:
+        added = t["c256_p50_added_ms"]
+        lines.append(f"- added p50 at c=256 (non-streamed, over direct) no worse than vllm-router's: "
+                     f"{verdict('c256_p50_no_worse_than_vllm_router')}; polyspec {added['polyspec']:+.1f} ms, "
+                     f"vllm-router {added['vllm_router']:+.1f} ms.")
+    return lines
 
 
 def load_md(d: dict[str, Any]) -> str:

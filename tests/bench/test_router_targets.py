@@ -76,3 +76,19 @@ def test_a_baseline_is_compared_cell_by_cell() -> None:
         r["polyspec_base"] = copy.deepcopy(r["polyspec"])
     run["1"]["polyspec_base"]["cpu_ms_per_req"] = 1.0
     assert router_targets(run)["cpu_vs_baseline"] == {"1": [0.5, 1.0], "256": [1.0, 1.0]}
+
+
+def test_the_report_says_per_cell_and_per_target_what_the_run_gives() -> None:
+    from bench.report import _floor_md
+
+    run = _run()
+    run["1"]["polyspec"]["stream"]["cpu_ms_per_req"] = 1.2  # 2.4x vllm-router's, streamed, at c=1
+    lines = _floor_md({"concurrency": run})
+    assert "| 1 | 0.50 / 1.20 | 0.30 / 0.50 | 1.67x / 2.40x | 0.30 / 0.60 | 0.20 / 0.60 |" in lines
+    text = "\n".join(lines)
+    assert "2x vllm-router's in every cell: **missed**; the highest ratio 2.40x (c=1, streamed)" in text
+    assert "not streamed: **met**; the most 0.200 ms (c=1)" in text
+    assert "**met**; polyspec +4.0 ms, vllm-router +5.0 ms" in text
+    for r in run.values():
+        del r["python_floor"]
+    assert _floor_md({"concurrency": run}) == []  # no floor in the run: no CPU table

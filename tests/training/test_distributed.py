@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from polyspec.training.prompts import read_jsonl
+from tests.cli import polyspec
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,7 +32,8 @@ def _env(home: Path) -> dict[str, str]:
 
 
 def _args(verifier, base_draft_dir: Path, fr_prompts: Path, run_id: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "polyspec.cli", "train", "run", "fr", "--prompts", str(fr_prompts),
+    """`polyspec` arguments for a tiny French run up to the fit."""
+    return ["train", "run", "fr", "--prompts", str(fr_prompts),
             "--from", str(base_draft_dir), "--verifier", str(verifier.path), "--run-id", run_id, "--device", "cpu",
             "--max-prompts", "8", "--max-new-tokens", "12", "--answer-batch-size", "4", "--epochs", "2",
             "--lr", "1e-3", "--warmup-steps", "1", "--total-seq-len", "256", "--ttt-steps", "1", "--until", "fit",
@@ -50,7 +52,8 @@ def _worker(launcher: psutil.Process, local_rank: str) -> psutil.Process | None:
 
 def _kill_rank1_after_first_epoch(cmd: list[str], home: Path) -> tuple[subprocess.CompletedProcess, int]:
     """Start the launcher, SIGKILL the rank-1 worker once the fit's first checkpoint is on disk; (result, rank-0 pid)."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(home), cwd=REPO)
+    proc = subprocess.Popen([sys.executable, "-m", "polyspec.cli", *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=_env(home), cwd=REPO)
     checkpoint = home / "runs" / "dist" / "fit" / "checkpoints" / "epoch-0" / "state.pt"
     try:
         deadline = time.time() + 240
@@ -132,16 +135,14 @@ def _check_fit(run: Path, fit: dict, verifier, base_draft_dir: Path) -> None:
 def test_impossible_process_counts_start_nothing(gpus: str, verifier, base_draft_dir: Path, fr_prompts: Path,
                                                  tmp_path: Path) -> None:
     n = str(len(os.sched_getaffinity(0)) + 1) if gpus == "cores+1" else gpus
-    out = subprocess.run(_args(verifier, base_draft_dir, fr_prompts, "bad", f"--gpus={n}"), capture_output=True,
-                         text=True, env=_env(tmp_path), cwd=REPO, timeout=120)
+    out = polyspec(*_args(verifier, base_draft_dir, fr_prompts, "bad", f"--gpus={n}"), home=tmp_path)
     assert out.returncode == 2, out.stderr
     assert "--gpus" in out.stderr and "Traceback" not in out.stderr and "launching" not in out.stderr
     assert not (tmp_path / "runs").exists()
 
 
 def test_unknown_launcher_is_refused(verifier, base_draft_dir: Path, fr_prompts: Path, tmp_path: Path) -> None:
-    out = subprocess.run(_args(verifier, base_draft_dir, fr_prompts, "bad", "--launcher", "mpirun"),
-                         capture_output=True, text=True, env=_env(tmp_path), cwd=REPO, timeout=120)
+    out = polyspec(*_args(verifier, base_draft_dir, fr_prompts, "bad", "--launcher", "mpirun"), home=tmp_path)
     assert out.returncode == 2 and "--launcher must be torchrun" in out.stderr
     assert not (tmp_path / "runs").exists()
 

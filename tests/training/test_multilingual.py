@@ -4,18 +4,15 @@ warm start, and hostile input through the CLI (each refused with a clear error n
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from polyspec.training.config import RunConfig
 from polyspec.training.multilingual import MixError, _quotas, parse_mix
+from tests.cli import polyspec
 from tests.training.conftest import pack_rows, write_jsonl
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_parse_mix_resolves_equal_explicit_and_traffic(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -102,9 +99,7 @@ def test_warm_start_grows_the_parent_vocabulary_from_the_verifier(verifier, base
 # ---- hostile input through the CLI ---------------------------------------------------------------------------
 
 def _cli(*args: str, home: Path, **settings: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "POLYSPEC_HOME": str(home), **settings}
-    return subprocess.run([sys.executable, "-m", "polyspec.cli", "train", "run", *args], capture_output=True, text=True,
-                          env=env, cwd=REPO, timeout=170)
+    return polyspec("train", "run", *args, home=home, **settings)
 
 
 def _refused(result: subprocess.CompletedProcess, message: str, home: Path) -> None:

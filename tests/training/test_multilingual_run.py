@@ -1,26 +1,22 @@
-"""A tiny multilingual run through the real CLI on CPU: three languages, four prompts each, 6-token answers, a
-one-layer draft, held-out evaluation only (Dutch has no MT-Bench file). It stops after the hidden states, a second run that shares its data asks for a coverage target
+"""A tiny multilingual run through the CLI (in process: tests/cli.py) on CPU: three languages, four prompts each,
+6-token answers, a one-layer draft, held-out evaluation only (Dutch has no MT-Bench file). It stops after the hidden states, a second run that shares its data asks for a coverage target
 no 16-token vocabulary can meet (refused, removed), and the first run then resumes to the end: per-language
 coverage, held-out acceptance of every language, and a registered draft that knows its languages."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
+from tests.cli import polyspec
 from tests.training.conftest import pack_rows, write_jsonl
 
-REPO = Path(__file__).resolve().parents[2]
 LANGS = ("en", "fr", "de")
 
 
 def _train(*args: str, home: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "POLYSPEC_HOME": str(home), "TOKENIZERS_PARALLELISM": "false"}
-    return subprocess.run([sys.executable, "-m", "polyspec.cli", "train", "run", *args], capture_output=True,
-                          text=True, env=env, cwd=REPO, timeout=170)
+    return polyspec("train", "run", *args, home=home, TOKENIZERS_PARALLELISM="false")
 
 
 def test_tiny_multilingual_run(tmp_path: Path, shared_data: Path, verifier, registry_url: str) -> None:

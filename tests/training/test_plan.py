@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,9 +19,8 @@ from polyspec.training.cli import app as train_app
 from polyspec.training.errors import PlanError
 from polyspec.training.multilingual import MixError
 from polyspec.training.plan import EXTEND_SHARE, config_from_plan
+from tests.cli import polyspec
 from tests.training.conftest import pack_rows, write_jsonl
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture()
@@ -53,13 +49,11 @@ def test_plan_picks_mode_parent_and_prompts(reg_with_active_draft, shared_data: 
     with pytest.raises(PlanError, match="polyspec registry add-language de"):
         config_from_plan("de")
 
-    env = {**os.environ, "POLYSPEC_REGISTRY_URL": reg_with_active_draft.url}
-    shown = subprocess.run([sys.executable, "-m", "polyspec.cli", "train", "--plan", "fr", "--show", "--run-id", "x"],
-                           capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    env = {"POLYSPEC_REGISTRY_URL": reg_with_active_draft.url}
+    shown = polyspec("train", "--plan", "fr", "--show", "--run-id", "x", **env)
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["parent_draft"] == "en-base@1"
-    missing = subprocess.run([sys.executable, "-m", "polyspec.cli", "train", "--plan", "de"],
-                             capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    missing = polyspec("train", "--plan", "de", **env)
     assert missing.returncode == 2 and "no add-language plan for 'de'" in missing.stderr
 
 

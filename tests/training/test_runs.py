@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,8 +11,7 @@ import pytest
 from polyspec.training.config import RunConfig
 from polyspec.training.errors import RunConfigMismatch, RunExists, RunNotFound, StageCorrupt, StageMissing
 from polyspec.training.runs import MARKER, Run, run_stage
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.cli import polyspec
 
 
 def _cfg(**kw) -> RunConfig:
@@ -96,9 +93,7 @@ def test_config_defaults_are_the_founding_recipe() -> None:
 
 
 def _cli(*args: str, home: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "POLYSPEC_HOME": str(home)}
-    return subprocess.run([sys.executable, "-m", "polyspec.cli", "train", *args], capture_output=True, text=True,
-                          env=env, cwd=REPO, timeout=120)
+    return polyspec("train", *args, home=home)
 
 
 def test_cli_errors_are_one_line(tmp_path: Path, fr_prompts: Path, verifier) -> None:

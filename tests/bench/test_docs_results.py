@@ -309,7 +309,8 @@ def test_the_committed_langid_run_meets_the_short_prompt_targets() -> None:
 def test_fleet_page_shows_the_recorded_run() -> None:
     """docs/benchmarks.md's fleet section is bench/fleet_figures.py's rendering of the committed fleet_plan.json
     (regenerate with `.venv/bin/python bench/fleet_figures.py`), docs/speed.md's paragraph is its `--summary`;
-    the run covers the eight languages at k = 3, every fleet answered every prompt, and its verdicts on the
+    the run covers the eight languages, the specialists at k = 3 and the planned fleet at the planner's k (or
+    the k the run pinned), every fleet answered every prompt, and its verdicts on the
     targets are the ones its figures give."""
     from bench.fleet_figures import fleet_plan_md, fleet_plan_summary, targets
 
@@ -322,7 +323,10 @@ def test_fleet_page_shows_the_recorded_run() -> None:
     for r in data["languages"].values():
         assert r["n"] >= 6 and not any(r["errors"].values())
     assert data["targets"] == targets(data["languages"], data["weighted"], data.get("weighted_equal"))
-    assert all(e["k"] in (0, 3) for e in data["plan"]["entries"])
+    if data["settings"].get("planned_k") == "planner":  # the fleet `polyspec deploy plan` chose, at its own k
+        assert data["plan"]["entries"] == data["planner_plan"]["entries"]
+    else:
+        assert all(e["k"] in (0, data["settings"].get("planned_k") or 3) for e in data["plan"]["entries"])
 
 
 # --- scripts/' reports: the blocks of docs/results.md and docs/training.md from the committed JSON ----------------

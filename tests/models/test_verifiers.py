@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -136,15 +137,44 @@ def test_list_prepared_and_cli(prepared_copy: Path, tmp_home: Path) -> None:
     assert V.list_prepared(tmp_home / "elsewhere") == []
 
 
-def test_force_rebuilds_a_drifted_copy(prepared_copy: Path, tmp_home: Path, verifier) -> None:
+def test_force_rebuilds_a_drifted_copy(prepared_copy: Path, tmp_home: Path, verifier,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
     cached = sorted((verifier.path.parents[1] / "downloads").glob("*.whl"))  # <home>/downloads
     if not cached:
         pytest.skip("the wheel of the prepared verifier is not cached")
     (tmp_home / "downloads").mkdir()
     os.link(cached[0], tmp_home / "downloads" / cached[0].name)
     (prepared_copy / "config.json").write_text("{}")
-    rebuilt = V.prepare_verifier(home=tmp_home, force=True)
+    converted = _watch_gguf_conversion(monkeypatch)
+    old = os.umask(0o022)
+    try:
+        rebuilt = V.prepare_verifier(home=tmp_home, force=True)
+    finally:
+        os.umask(old)
+    _check_normal_modes(converted)
     # The conversion is deterministic: the rebuilt files are byte-identical to the shared copy.
     assert rebuilt.checksums == verifier.checksums
     assert [p.name for p in (tmp_home / "models").iterdir() if not p.name.startswith(".")] == [prepared_copy.name]
     assert not [p for p in (tmp_home / "models").iterdir() if ".tmp-" in p.name]
+
+
+def _watch_gguf_conversion(monkeypatch: pytest.MonkeyPatch) -> dict:
+    """Record, as convert_gguf returns inside prepare_verifier, the modes of what it wrote and what it left beside."""
+    real, seen = V.convert_gguf, {}
+
+    def convert(gguf: Path, out: Path, *args, **kwargs) -> None:
+        real(gguf, out, *args, **kwargs)
+        seen["files"] = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.rglob("*") if p.is_file()}
+        seen["dir"] = stat.S_IMODE(out.stat().st_mode)
+        seen["left"] = [p.name for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.")]
+
+    monkeypatch.setattr(V, "convert_gguf", convert)
+    return seen
+
+
+def _check_normal_modes(converted: dict) -> None:
+    """A verifier converted from GGUF gets normal file modes (0666/0777 minus the umask), not save_pretrained's
+    0600: vLLM processes of other users and containers read a shared POLYSPEC_HOME."""
+    assert any(name.endswith(".safetensors") for name in converted["files"]), converted
+    assert all(mode == 0o644 for mode in converted["files"].values()), converted["files"]
+    assert converted["dir"] == 0o755 and converted["left"] == []  # no temporary directory left behind

@@ -36,7 +36,7 @@ PROMPTS = 64  # distinct Italian prompts in the traffic (see the fleet fixture)
 EPOCHS = 3
 # Users' pause between requests (s): short while prompts are captured, longer while the host trains and gates
 # (2 cores: the engine answering traffic and the training share them), and enough for the canary's requests.
-CAPTURE_THINK_S, TRAINING_THINK_S = 0.5, 4.0
+CAPTURE_THINK_S, TRAINING_THINK_S = 0.1, 4.0
 # Tokens per answer: few while prompts are captured (the capture needs prompts, not answers), the fleet's usual
 # from the first training on, where the canary compares the engines' acceptance and tokens/s on live answers.
 CAPTURE_TOKENS, TRAFFIC_TOKENS = 8, 24

@@ -14,6 +14,11 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 # Engines the tests start skip graph compilation: ready in ~26 s instead of 74-120 s on 2 cores (core.settings).
 # Set before any test reads the settings; subprocesses inherit it. POLYSPEC_ENGINE_EAGER=0 tests compiled engines.
 os.environ.setdefault("POLYSPEC_ENGINE_EAGER", "1")
+# vLLM's engine core runs its one CPU worker in its own process instead of spawning a third process that imports
+# vLLM and torch again (the uni executor: vllm.platforms.cpu allows it only with V1 multiprocessing off; the API
+# server still runs the engine core as a process of its own). An engine with a draft was ready in 21 s instead of
+# 30 s on 2 cores (same machine, back to back). Subprocesses, and so every engine a test starts, inherit it.
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 # OpenMP threads that wait sleep instead of spinning (read when torch loads, so set before any test imports it;
 # subprocesses inherit it, as `polyspec adapt` and `polyspec eval` set it for themselves). With 2 cores and
 # anything else running (an engine, a subprocess, another test run), a spinning thread holds the core its peer

@@ -20,6 +20,7 @@ from polyspec.core.ports import free_port
 from polyspec.fleet.plan import FleetError, plan_from_config, plan_from_registry
 from polyspec.fleet.run import set_deployment_url
 from polyspec.fleet.config import FleetConfigError, load_fleet_config
+from tests.cli import polyspec
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -137,19 +138,19 @@ engines:
         httpx.get(f"{base}/health", timeout=2)
 
 
-def test_up_refuses_an_exposed_admin_before_any_engine_starts(tmp_path, registry_url):
+def test_up_refuses_an_exposed_admin_before_any_engine_starts(tmp_path, registry_url, verifier):
     """`up --host 0.0.0.0` without a token would mount /admin where other machines reach it: refused with the
-    fix in the message, before the fleet is shown or an engine is launched."""
+    fix in the message, before the fleet is shown or an engine is launched. (The prepared verifier is named: the
+    empty home would otherwise convert it from GGUF first, 20 s.)"""
     draft = tmp_path / "en-draft"
     draft.mkdir()
     config = _write(tmp_path, f"""
+verifier: {verifier.path}
 engines:
   - {{name: en, draft: {draft}, languages: [en], default: true}}
 """)
-    env = {**os.environ, "POLYSPEC_HOME": str(tmp_path / "home"), "POLYSPEC_ADMIN_TOKEN": ""}
-    done = subprocess.run([sys.executable, "-m", "polyspec.cli", "up", "--config", str(config), "--host", "0.0.0.0",
-                           "--port", str(free_port())], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = polyspec("up", "--config", str(config), "--host", "0.0.0.0", "--port", str(free_port()),
+                    home=tmp_path / "home", POLYSPEC_ADMIN_TOKEN="")
     assert done.returncode == 2, done.stderr[-3000:]
     assert "refusing to serve /admin on '0.0.0.0'" in done.stderr and "POLYSPEC_ADMIN_TOKEN" in done.stderr
     assert "polyspec fleet" not in done.stderr and "Traceback" not in done.stderr

@@ -10,7 +10,7 @@ lives on ``app.state.runtime``; ``refresh_routing_table(app)`` is what POST /adm
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
@@ -50,12 +50,12 @@ def create_app(
         finally:
             await runtime.stop()
 
-    app = FastAPI(title="polyspec router", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = RouterApp(title="polyspec router", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.runtime = runtime
     _install_error_handlers(app)
     _install_routes(app, runtime)
-    if config.cors_allow_origins:  # added after HotPath, so outside it; none at all when off (no cost)
-        app.add_middleware(ApiCors, origins=config.cors_allow_origins)
+    if config.cors_allow_origins:  # in front of HotPath, so outside it; none at all when off (no cost)
+        app.front = ApiCors(app.front, origins=config.cors_allow_origins)
     app.state.admin_mounted = mount_admin  # router.edge.server refuses to serve an exposed admin without a token
     if mount_admin:
         admin.mount(app, runtime)
@@ -63,7 +63,23 @@ def create_app(
     return app
 
 
-def _guard_hosts(app: FastAPI, runtime: RouterRuntime) -> None:
+class RouterApp(FastAPI):
+    """FastAPI with the router's own ASGI layers in ``front`` of its middleware stack: HotPath (the completion
+    endpoints), then CORS and the Host guard when they are on, each wrapping the one before. A completion
+    reaches its handler without passing FastAPI's and Starlette's layers (their error middleware wraps every
+    ``send``, and each layer is one more frame for every resumption of the request's task); any other request
+    goes on to them as before. An exception no layer of ``front`` handles reaches the server, which answers
+    500 as Starlette's error middleware would have."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.front: Callable[[Scope, Receive, Send], Awaitable[None]] = partial(FastAPI.__call__, self)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.front(scope, receive, send)
+
+
+def _guard_hosts(app: RouterApp, runtime: RouterRuntime) -> None:
     """On a loopback listen address, every route checks Host (router.edge.asgi.HostGuard); added last, so outermost."""
     config = runtime.config
     if not is_loopback_bind(config.host):
@@ -72,8 +88,8 @@ def _guard_hosts(app: FastAPI, runtime: RouterRuntime) -> None:
     if any_host:
         return
     rejected = runtime.telemetry.metrics.rejected.labels("host").inc
-    app.add_middleware(HostGuard, allowed=partial(host_in, hosts=hosts), reject=rejected,
-                       setting="allowed_hosts (POLYSPEC_ROUTER_ALLOWED_HOSTS)")
+    app.front = HostGuard(app.front, allowed=partial(host_in, hosts=hosts), reject=rejected,
+                          setting="allowed_hosts (POLYSPEC_ROUTER_ALLOWED_HOSTS)")
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -93,11 +109,11 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(error_body(message, kind, None, code), status_code=exc.status_code, headers=headers)
 
 
-def _install_routes(app: FastAPI, runtime: RouterRuntime) -> None:
+def _install_routes(app: RouterApp, runtime: RouterRuntime) -> None:
     handler = partial(serve_completion, runtime)
     # The completion endpoints are plain ASGI: HotPath takes them before FastAPI's layers; the routes
     # are there for what HotPath passes on (another method gets 405, as for any route).
-    app.add_middleware(HotPath, handler=handler)
+    app.front = HotPath(app.front, handler=handler)
     for path, kind in HOT_PATHS.items():
         app.router.routes.append(Route(path, Endpoint(handler, kind), methods=["POST"]))
 

@@ -15,7 +15,7 @@ from polyspec.registry.errors import RegistryMissing
 from polyspec.router.engine.backends import Backends
 from polyspec.router.capture import PromptCapture
 from polyspec.router.config import RouterConfig
-from polyspec.router.decision.speed import Explorer, LiveSteps
+from polyspec.router.decision.speed import Explorer, LiveSteps, SpeedInputs
 from polyspec.router.decision.canary import canaries_of
 from polyspec.router.source import RegistrySource, TableSource
 from polyspec.router.table import RoutingTable, build_table
@@ -46,6 +46,7 @@ class RouterRuntime:
         self.telemetry = Telemetry(config.router_id)
         self.live_steps = LiveSteps()  # step times measured on each replica (router.decision.speed)
         self.explorer = Explorer(config.explore_share)
+        self.speed_inputs: SpeedInputs | None = None  # built by router.decision.routing.speed_inputs
         self.capture = PromptCapture.from_config(config, metrics=self.telemetry.metrics) if config.capture else None
         self.last_refresh: float | None = None
         self.last_refresh_error: str | None = None

@@ -90,7 +90,9 @@ class _HeldCounter(_HeldChild):
         if amount < 0:  # prometheus_client's own rule, kept on the caller's path
             raise ValueError("Counters can only be incremented by non-negative amounts.")
         self._amount += amount
-        self._mark()
+        if not self._queued:  # `_mark`, inline: several updates per request
+            self._queued = True
+            self._held.queued.append(self)
 
     def apply(self) -> None:
         amount, self._amount, self._queued = self._amount, 0.0, False
@@ -119,7 +121,9 @@ class _HeldHistogram(_HeldChild):
         self._sum += amount
         if amount == amount:  # NaN falls in no bucket, as in prometheus_client (it only adds to the sum)
             self._counts[bisect_left(self._bounds, amount)] += 1
-        self._mark()
+        if not self._queued:  # `_mark`, inline
+            self._queued = True
+            self._held.queued.append(self)
 
     def apply(self) -> None:
         counts, total = self._counts, self._sum
@@ -171,6 +175,25 @@ class _Labelled:
         if child is None:
             child = self._children[values] = _held(self.metric.labels(*values), self.metric, self._held)
         return child
+
+
+class KeySeries:
+    """The held children one (language, domain, draft) key updates per answered request, each looked up
+    (`_Labelled`) at its first update and kept: a request pays one dict lookup for them all, not one
+    labels() lookup per metric. Children are created as the labels() calls would create them, no sooner,
+    so /metrics shows the same series."""
+
+    __slots__ = ("completion_tokens", "spec_steps", "draft_tokens", "accepted", "accepted_pos", "route_choices",
+                 "request_tps")
+
+    def __init__(self) -> None:
+        self.completion_tokens: Any = None
+        self.spec_steps: Any = None
+        self.draft_tokens: Any = None
+        self.accepted: Any = None
+        self.accepted_pos: list[Any] = []  # per position, as far as reports have gone
+        self.route_choices: dict[str, Any] = {}  # reason -> child
+        self.request_tps: Any = None
 
 
 class _Registry(CollectorRegistry):
@@ -251,6 +274,14 @@ class Metrics:
         self.route_choices_of = _Labelled(self.route_choices, h)
         self.predicted_tps_of = _Labelled(self.predicted_tps, h)
         self.request_tps_of = _Labelled(self.request_tps, h)
+        self._series: dict[tuple[str, str, str], KeySeries] = {}
+
+    def series_of(self, key: tuple[str, str, str]) -> KeySeries:
+        """The `KeySeries` of (language, domain, draft): bounded labels, as the metrics' own."""
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = KeySeries()
+        return series
 
 
 Key = tuple[str, str, str]
@@ -308,14 +339,23 @@ class Telemetry:
             old = store.get(key)
             store[key] = counts if old is None else old + counts
         m = self.metrics
-        m.completion_tokens_of(*key).inc(completion_tokens)
+        series = m.series_of(key)
+        if series.completion_tokens is None:
+            series.completion_tokens = m.completion_tokens_of(*key)
+        series.completion_tokens.inc(completion_tokens)
         if not spec:
             return counts
-        m.spec_steps_of(*key).inc(counts.num_spec_steps)
-        m.draft_tokens_of(*key).inc(counts.num_draft_tokens)
-        m.accepted_of(*key).inc(counts.num_accepted_tokens)
+        if series.spec_steps is None:
+            series.spec_steps, series.draft_tokens, series.accepted = (
+                m.spec_steps_of(*key), m.draft_tokens_of(*key), m.accepted_of(*key))
+        series.spec_steps.inc(counts.num_spec_steps)
+        series.draft_tokens.inc(counts.num_draft_tokens)
+        series.accepted.inc(counts.num_accepted_tokens)
+        per_pos = series.accepted_pos
         for pos, n in enumerate(counts.accepted_per_pos):
-            m.accepted_pos_of(*key, str(pos)).inc(n)
+            if pos == len(per_pos):
+                per_pos.append(m.accepted_pos_of(*key, str(pos)))
+            per_pos[pos].inc(n)
         return counts
 
     def set_shared(self, rows: dict[Key, LiveRow]) -> None:

@@ -71,8 +71,7 @@ def route(rt: RouterRuntime, raw: bytes, headers: dict[str, str], kind: str,
     ranking = None
     covering = unsure_pools(table, decision.likely, decision.domain, serving) if decision.likely else []
     if c.policy == "speed":
-        inputs = SpeedInputs(live, rt.live_steps, rt.explorer, rt.backends.in_flight, rt.backends.is_healthy,
-                             c.prior_spec_steps, c.prior_step_requests, c.speed_confidence_z)
+        inputs = speed_inputs(rt, live)
         if covering:  # ranked among themselves, for the likeliest label
             ranking = rank(covering, [], decision.likely[0], decision.domain, inputs, table.memo.speed)
             covering = [cand.pool for cand in ranking.candidates] or covering
@@ -90,6 +89,19 @@ def route(rt: RouterRuntime, raw: bytes, headers: dict[str, str], kind: str,
     pools = canary.apply(pools, decision.language, table.canaries, random.random())
     targets = plan_attempts(pools, rt.backends.is_healthy, rt.backends.in_flight, c.max_attempts, serving)
     return Routing(body, strict, pins, serving, decision, pools, targets, ranking)
+
+
+def speed_inputs(rt: RouterRuntime, live: Any) -> SpeedInputs:
+    """The speed policy's inputs, built once per live mapping (``telemetry.live_lookup()``, replaced when a
+    refresh or a flush changes it; updated in place per request otherwise), not once per request: every
+    other input is the runtime's for its whole life."""
+    inputs = rt.speed_inputs
+    if inputs is None or inputs.live is not live:
+        c = rt.config
+        inputs = SpeedInputs(live, rt.live_steps, rt.explorer, rt.backends.in_flight, rt.backends.is_healthy,
+                             c.prior_spec_steps, c.prior_step_requests, c.speed_confidence_z)
+        rt.speed_inputs = inputs
+    return inputs
 
 
 def unsure_pools(table: RoutingTable, likely: tuple[str, ...], domain: str,

@@ -89,7 +89,11 @@ class HostGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            host = next((value for name, value in scope["headers"] if name == b"host"), None)
+            host = None
+            for name, value in scope["headers"]:  # a loop, not next() over a generator: once per request
+                if name == b"host":
+                    host = value
+                    break
             if host is not None and host not in self._known and not scope["path"].startswith("/admin"):
                 if not self.allowed(host.decode("latin-1")):
                     self.reject()

@@ -69,13 +69,17 @@ class HeadLimitedHttpTools(HttpToolsProtocol):
         self._head_ended = False  # a head ended during the read being parsed
         self._too_large = False
         self._head_timer: asyncio.TimerHandle | None = None
+        self._head_started: float | None = None  # loop time of the current head's first byte; None: no head
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         self._start_head_timer()  # a connection that never sends a head is closed too
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._stop_head_timer()
+        self._head_started = None
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
         cycle = self.cycle
         super().connection_lost(exc)
         if cycle is not None and cycle.disconnected:  # the response was not complete: its request must know
@@ -84,20 +88,28 @@ class HeadLimitedHttpTools(HttpToolsProtocol):
                 hook.connection_lost()
 
     def _start_head_timer(self) -> None:
-        if self._head_timer is None:
-            self._head_timer = asyncio.get_running_loop().call_later(self.head_timeout_s, self._head_too_slow)
+        """A head begins: its clock starts. The timer is the connection's, armed lazily: a keep-alive
+        connection keeps the one it has across requests (checked when it fires, `_head_check`), so a request
+        pays a clock read, not a timer armed and cancelled."""
+        if self._head_started is None:
+            self._head_started = self.loop.time()
+            if self._head_timer is None:
+                self._head_timer = self.loop.call_later(self.head_timeout_s, self._head_check)
 
-    def _stop_head_timer(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-
-    def _head_too_slow(self) -> None:
-        """The head did not arrive within head_timeout_s (slowloris): close, no request task ever started."""
+    def _head_check(self) -> None:
+        """The timer fired: a head that began ``head_timeout_s`` ago and has not ended (slowloris) closes the
+        connection, no request task ever started; a head that began later re-arms it for the time it has
+        left; with no head under way, it stays off until the next one begins."""
         self._head_timer = None
-        if self._in_head and not self.transport.is_closing():
-            self.timed_out()
-            self.transport.close()
+        started = self._head_started
+        if started is None or not self._in_head or self.transport.is_closing():
+            return
+        left = started + self.head_timeout_s - self.loop.time()
+        if left > 0:
+            self._head_timer = self.loop.call_later(left, self._head_check)
+            return
+        self.timed_out()
+        self.transport.close()
 
     def data_received(self, data: bytes) -> None:
         if self._too_large:
@@ -118,7 +130,7 @@ class HeadLimitedHttpTools(HttpToolsProtocol):
             self._reject()
             raise ValueError("request head too large")  # stops the parser: no request task starts
         self._in_head, self._head_ended, self._head_bytes = False, True, 0
-        self._stop_head_timer()
+        self._head_started = None  # the head is whole: its timer, if it fires, finds nothing to check
         # router.edge.asgi: the body's end and the client's leaving (a key of ours beside the ASGI ones)
         cast("dict[str, Any]", self.scope)[HOOK_KEY] = ConnectionHook()
         super().on_headers_complete()

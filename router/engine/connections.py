@@ -40,7 +40,12 @@ class EngineStatusError(EngineIOError):
 
 
 class Connection(asyncio.Protocol):
-    """One TCP connection to an engine, carrying one answer at a time."""
+    """One TCP connection to an engine, carrying one answer at a time.
+
+    Its two timers, the keep-alive of an idle connection and the read timeout of its answer, are armed
+    lazily and kept across requests: each checks, when it fires, the clock its request (or idle spell) set,
+    closes or fails what is over its time and is re-armed for the time left. So a request pays clock reads,
+    not two timers armed and cancelled (with uvloop, a timer is a libuv handle allocated and closed)."""
 
     def __init__(self, pool: EnginePool) -> None:
         self.pool = pool
@@ -48,6 +53,9 @@ class Connection(asyncio.Protocol):
         self.answer: Response | None = None
         self.closed = False
         self.idle_timer: asyncio.TimerHandle | None = None
+        self.idle_since: float | None = None  # loop time it went back to the pool idle; None while in use
+        self.read_timer: asyncio.TimerHandle | None = None  # its answers' read timeout (engine_http.Response)
+        self.read_timer_at = 0.0  # loop time read_timer fires
         self.requests = 0  # requests sent on this connection: from the second on, it is a reused one
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -70,8 +78,7 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        if self.idle_timer is not None:
-            self.idle_timer.cancel()
+        self._stop_timers()
         if self.answer is not None:
             self.answer.connection_lost(exc)
         else:
@@ -80,7 +87,48 @@ class Connection(asyncio.Protocol):
     def close(self) -> None:
         if self.transport is not None and not self.closed:
             self.closed = True
+            self._stop_timers()
             self.transport.close()
+
+    def _stop_timers(self) -> None:
+        self.idle_since = None
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+            self.idle_timer = None
+        if self.read_timer is not None:
+            self.read_timer.cancel()
+            self.read_timer = None
+
+    def arm_read_timer(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
+        """Make the read timer fire by loop time ``at``: one armed to fire by then is kept."""
+        if self.read_timer is not None:
+            if self.read_timer_at <= at:
+                return
+            self.read_timer.cancel()
+        self.read_timer_at = at
+        self.read_timer = loop.call_at(at, self._read_check, loop)
+
+    def _read_check(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.read_timer = None
+        answer = self.answer
+        if answer is None or self.closed:
+            return  # between answers: the next one arms it again
+        left = answer.expire()
+        if left is not None:
+            self.arm_read_timer(loop, loop.time() + left)
+
+    def _idle_check(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The keep-alive timer fired: close the connection if it has been idle ``keepalive_s``, else wait
+        for the time left (in use meanwhile: the timer stays off until it goes idle again)."""
+        self.idle_timer = None
+        since = self.idle_since
+        if since is None or self.closed:
+            return
+        left = since + self.pool.keepalive_s - loop.time()
+        if left > 0:
+            self.idle_timer = loop.call_later(left, self._idle_check, loop)
+        else:
+            self.close()
 
 
 class EnginePool:
@@ -100,9 +148,7 @@ class EnginePool:
     def take_idle(self) -> Connection | None:
         while self.idle:
             conn = self.idle.pop()
-            if conn.idle_timer is not None:
-                conn.idle_timer.cancel()
-                conn.idle_timer = None
+            conn.idle_since = None  # in use: its keep-alive timer, if it fires, leaves it open
             if not conn.closed and conn.transport is not None and not conn.transport.is_closing():
                 return conn
             self._uncount(conn)
@@ -164,7 +210,10 @@ class EnginePool:
             if not turn.done():
                 turn.set_result(conn)
                 return
-        conn.idle_timer = asyncio.get_running_loop().call_later(self.keepalive_s, conn.close)
+        loop = asyncio.get_running_loop()
+        conn.idle_since = loop.time()
+        if conn.idle_timer is None:
+            conn.idle_timer = loop.call_later(self.keepalive_s, conn._idle_check, loop)
         self.idle.append(conn)
 
     def discard(self, conn: Connection) -> None:

@@ -58,7 +58,7 @@ class Response:
     read to its end) or `close`."""
 
     __slots__ = ("_conn", "_pool", "parser", "status", "headers", "_chunks", "_buffered", "_paused", "complete",
-                 "_headers_done", "_delimited", "_keep_alive", "_error", "_waiter", "_timer", "_last", "_read_timeout_s",
+                 "_headers_done", "_delimited", "_keep_alive", "_error", "_waiter", "_last", "_read_timeout_s",
                  "_loop", "_finished", "received")
 
     def __init__(self, conn: Connection, pool: EnginePool, read_timeout_s: float,
@@ -77,7 +77,6 @@ class Response:
         self._keep_alive = False  # the engine keeps the connection open after this answer
         self._error: EngineIOError | None = None
         self._waiter: asyncio.Future[None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
         self._last = 0.0
         self._read_timeout_s = read_timeout_s
         self._loop = loop
@@ -134,22 +133,21 @@ class Response:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def _expire(self) -> None:
-        """The read-timeout timer: one per answer, re-armed lazily, so data arriving costs no timer call."""
-        self._timer = None
+    def expire(self) -> float | None:
+        """The read timeout's check, when its connection's timer fires (`Connection.arm_read_timer`: re-armed
+        lazily, so data arriving costs no timer call): fails the answer after ``read_timeout_s`` of silence
+        while the router waits for it; else the seconds until the next check (None: no more checks)."""
         if self._finished or self.complete or self._error is not None:
-            return
+            return None
         left = self._last + self._read_timeout_s - self._loop.time()
         if self._waiter is not None and not self._waiter.done() and left <= 0:
             self.fail(EngineTimeout(f"the engine sent nothing for {self._read_timeout_s:g} s"))
-            return
-        self._timer = self._loop.call_later(max(left, 0.0) if self._waiter is not None else self._read_timeout_s,
-                                            self._expire)
+            return None
+        return max(left, 0.0) if self._waiter is not None else self._read_timeout_s
 
     async def _wait(self) -> None:
-        self._last = self._loop.time()
-        if self._timer is None:
-            self._timer = self._loop.call_later(self._read_timeout_s, self._expire)
+        self._last = now = self._loop.time()
+        self._conn.arm_read_timer(self._loop, now + self._read_timeout_s)
         self._waiter = self._loop.create_future()
         try:
             await self._waiter
@@ -201,10 +199,7 @@ class Response:
             self._finish(False)
 
     def _finish(self, reusable: bool) -> None:
-        self._finished = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._finished = True  # the connection's read timer, if armed, finds no answer of its own any more
         conn = self._conn
         conn.answer = None
         if reusable and not conn.closed:

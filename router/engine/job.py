@@ -19,6 +19,7 @@ from polyspec.router.errors import RouterError, UpstreamFailed, UpstreamTimeout
 from polyspec.router.decision.policy import Target
 from polyspec.router.decision.speed import Ranking
 from polyspec.router.engine.upstream import is_timeout
+from polyspec.router.telemetry import KeySeries
 
 if TYPE_CHECKING:  # annotations only: the runtime imports the engine side
     from polyspec.router.runtime import RouterRuntime
@@ -146,26 +147,35 @@ def record(rt: RouterRuntime, job: Job, target: Target | None, status: str, spec
     rt.telemetry.metrics.latency_of(job.endpoint, "true" if job.stream else "false").observe(time.perf_counter() - job.started)
     if target is not None and status == "ok":
         elapsed = time.perf_counter() - job.attempt_started if job.attempt_started else 0.0
-        counts = rt.telemetry.observe_acceptance((language, d.domain, target.pool.draft), spec, tokens, elapsed)
+        key = (language, d.domain, target.pool.draft)
+        counts = rt.telemetry.observe_acceptance(key, spec, tokens, elapsed)
         steps = counts.num_spec_steps if target.pool.speculates else tokens
         rt.live_steps.observe(target.replica.url, job.batch, elapsed, steps, tokens)
-        observe_speed(rt, job, target, language, counts)
+        observe_speed(rt, job, target, language, counts, rt.telemetry.metrics.series_of(key))
 
 
-def observe_speed(rt: RouterRuntime, job: Job, target: Target, language: str, counts: Any) -> None:
+def observe_speed(rt: RouterRuntime, job: Job, target: Target, language: str, counts: Any,
+                  series: KeySeries) -> None:
     """Predicted and observed tokens/s of the answering pool, for Prometheus (bounded labels: the stats
-    language and the table's drafts)."""
+    language and the table's drafts); ``series``: the held children of (language, domain, draft)."""
     m = rt.telemetry.metrics
     ranking = job.ranking
+    draft = target.pool.draft
     reason = "mal_policy" if ranking is None else ranking.reason
     mine = None if ranking is None else next((c for c in ranking.candidates if c.pool.key == target.pool.key), None)
     if ranking is not None and mine is not ranking.chosen:
         reason = "fallback"
-    m.route_choices_of(language, target.pool.draft, reason).inc()
+    choices = series.route_choices.get(reason)
+    if choices is None:
+        choices = series.route_choices[reason] = m.route_choices_of(language, draft, reason)
+    choices.inc()
     if mine is not None and mine.tps is not None:
-        rt.telemetry.observe_prediction(language, target.pool.draft, mine.tps)
-    if counts.tokens_per_second is not None:
-        m.request_tps_of(language, target.pool.draft).observe(counts.tokens_per_second)
+        rt.telemetry.observe_prediction(language, draft, mine.tps)
+    tps = counts.tokens_per_second
+    if tps is not None:
+        if series.request_tps is None:
+            series.request_tps = m.request_tps_of(language, draft)
+        series.request_tps.observe(tps)
 
 
 class Reported(msgspec.Struct):

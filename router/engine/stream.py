@@ -61,25 +61,43 @@ class EventSplitter:
 
     def feed(self, data: bytes) -> bytes:
         buffer = self.rest + data if self.rest else data
-        end = 0
-        while (cut := buffer.find(b"\n\n", end)) >= 0:
-            end = cut + 2
+        end = _events_end(buffer)
         complete, self.rest = buffer[:end], buffer[end:]
         if _USAGE not in complete:  # every event but the last of a stream
             return complete
-        return b"".join(self._filter(complete))
+        return self._filter(complete)
 
-    def _filter(self, complete: bytes) -> list[bytes]:
-        kept, start = [], 0
-        while (cut := complete.find(b"\n\n", start)) >= 0:
-            event, start = complete[start: cut + 2], cut + 2
-            usage = usage_event(event)
+    def _filter(self, complete: bytes) -> bytes:
+        """``complete`` minus an unasked-for usage chunk; only an event holding ``"usage"`` is read."""
+        parts, start, kept = [], 0, 0  # kept: where the bytes not yet in parts begin
+        find = complete.find
+        while (cut := find(b"\n\n", start)) >= 0:
+            begin, start = start, cut + 2
+            if find(_USAGE, begin, start) < 0:
+                continue
+            usage = usage_event(complete[begin:start])
             if usage is not None:
                 self.telemetry = usage
                 if not self.client_usage:
-                    continue
-            kept.append(event)
-        return kept
+                    parts.append(complete[kept:begin])
+                    kept = start
+        if not parts:
+            return complete
+        parts.append(complete[kept:])
+        return b"".join(parts)
+
+
+def _events_end(buffer: bytes) -> int:
+    """Where the complete events of ``buffer`` end: after the last ``\n\n`` of a scan that cuts at each one,
+    leftmost first (0: none). That is the last ``\n\n``, found from the right, unless it ends a run of an
+    odd number of newlines: the scan pairs them from the run's start, so its last pair ends one earlier."""
+    cut = buffer.rfind(b"\n\n")
+    if cut < 0:
+        return 0
+    if cut == 0 or buffer[cut - 1] != 10:  # the usual case: a run of exactly two newlines
+        return cut + 2
+    run = cut + 2 - len(buffer[:cut + 2].rstrip(b"\n"))  # newlines in the run (rfind: none follow it)
+    return cut + 2 if run % 2 == 0 else cut + 1
 
 
 async def open_stream(rt: RouterRuntime, job: Job, target: Target, errors: list[tuple[str, str]]) -> Opened | None:

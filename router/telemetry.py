@@ -314,10 +314,10 @@ class Telemetry:
         self.traffic[(language, domain)] += 1
         if source in ("langid", "fallback"):
             self.metrics.confidence.observe(confidence)
-            for i, upper in enumerate(CONFIDENCE_BUCKETS):
-                if confidence <= upper:
-                    self.confidence_counts[i] += 1
-                    break
+            # the first bucket whose upper bound holds the confidence; none above 1.0, nor for NaN
+            i = bisect_left(CONFIDENCE_BUCKETS, confidence)
+            if i < len(CONFIDENCE_BUCKETS) and confidence == confidence:
+                self.confidence_counts[i] += 1
 
     def observe_result(self, endpoint: str, language: str, domain: str, backend: str, status: str) -> None:
         self.statuses[status] += 1

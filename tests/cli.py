@@ -10,7 +10,9 @@ import subprocess
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import typer
 from typer.testing import CliRunner
 
 
@@ -33,16 +35,29 @@ def environment(env: Mapping[str, str]) -> Iterator[None]:
         reset_settings_cache()
 
 
-def polyspec(*args: str, home: Path | None = None, **env: str) -> subprocess.CompletedProcess:
-    """Run `polyspec ARGS` in process with ``env`` (and POLYSPEC_HOME=``home``) set; returns what
-    subprocess.run(capture_output=True, text=True) would. An exception the CLI does not map to an exit code
+def invoke(app: Any, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """Run the Typer ``app`` (or command function) with ARGS in process and ``env`` set; returns what
+    subprocess.run(capture_output=True, text=True) would. An exception the command does not map to an exit code
     (a bug, a traceback in a real run) is raised here, so it fails the test instead of hiding in stderr."""
-    from polyspec.cli import app
-
-    if home is not None:
-        env = {"POLYSPEC_HOME": str(home), **env}
+    if not isinstance(app, typer.Typer):
+        app = _single(app)
     with environment(env):
         result = CliRunner().invoke(app, list(args), catch_exceptions=True)
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
-    return subprocess.CompletedProcess(["polyspec", *args], result.exit_code, result.stdout, result.stderr)
+    return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout, result.stderr)
+
+
+def _single(command: Any) -> typer.Typer:
+    app = typer.Typer(add_completion=False)
+    app.command()(command)
+    return app
+
+
+def polyspec(*args: str, home: Path | None = None, **env: str) -> subprocess.CompletedProcess:
+    """`polyspec ARGS` in process (see invoke), with POLYSPEC_HOME=``home`` when given."""
+    from polyspec.cli import app
+
+    if home is not None:
+        env = {"POLYSPEC_HOME": str(home), **env}
+    return invoke(app, *args, **env)

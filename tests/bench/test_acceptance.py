@@ -1,13 +1,14 @@
-"""bench/acceptance.py: the results contract regenerated from a registry, through its command line."""
+"""bench/acceptance.py: the results contract regenerated from a registry, through its command line (in process)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.cli import invoke
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = {"draft", "role", "target_language", "language", "k", "positions", "mean_acceptance_length", "n_prompts", "method",
@@ -15,13 +16,10 @@ KEYS = {"draft", "role", "target_language", "language", "k", "positions", "mean_
 
 
 def _run(*args: str, env_registry: str | None = None) -> subprocess.CompletedProcess:
-    import os
+    """`python bench/acceptance.py ARGS`, in process (tests/cli.py)."""
+    from bench.acceptance import main
 
-    env = dict(os.environ)
-    if env_registry:
-        env["POLYSPEC_REGISTRY_URL"] = env_registry
-    return subprocess.run([sys.executable, str(ROOT / "bench" / "acceptance.py"), *args], capture_output=True,
-                          text=True, timeout=600, env=env)
+    return invoke(main, *args, **({"POLYSPEC_REGISTRY_URL": env_registry} if env_registry else {}))
 
 
 def test_from_shipped_writes_the_contract(tmp_path, verifier):

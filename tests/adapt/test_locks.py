@@ -80,7 +80,7 @@ def _contender(url: str, me: int, start, results) -> None:  # noqa: ANN001 - mp.
 
 
 def test_processes_racing_for_the_lock_get_exactly_one_winner(reg, registry_url: str) -> None:
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("fork")  # separate processes without importing the test module again (spawn: 8 s)
     start, results = ctx.Event(), ctx.Queue()
     procs = [ctx.Process(target=_contender, args=(registry_url, i, start, results)) for i in range(4)]
     for p in procs:

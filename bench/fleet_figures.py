@@ -236,9 +236,11 @@ def plot(d: dict[str, Any], path: Path) -> None:
     series = [(f"{LABELS[s]} ({engines[s]} engine{'s' if engines[s] > 1 else ''})", colors[s],
                [d["languages"][lang][f"{s}_tps"] or 0 for lang in langs] + [d["weighted"][f"{s}_tps"] or 0])
               for s in SYSTEMS]
-    title = f"bench/fleet_plan.py at {d['commit']}: k = {d['settings']['k']}, {d['requests']} requests"
+    title = f"bench/fleet_plan.py at {d['commit']}: {_k_label(d['settings'])}, {d['requests']} requests"
     fig, ax = tps_bars([*langs, "weighted"], series, title, size=(11, 4.5))
-    ax.set_ylim(top=1.4 * max(max(v for _, _, vs in series for v in vs), 1.0))  # room for the legend above the bars
+    predicted = [d["languages"][lang]["predicted_tps"]["planned_fleet"] or 0 for lang in langs]
+    top = max(max(v for _, _, vs in series for v in vs), *predicted, 1.0)
+    ax.set_ylim(top=1.45 * top)  # room for the legend above the bars and the predictions
     pred = [(i + 0.26, d["languages"][lang]["predicted_tps"]["planned_fleet"]) for i, lang in enumerate(langs)]
     ax.scatter([x for x, p in pred if p], [p for _, p in pred if p], marker="_", s=200, color="k",
                label="planned fleet, predicted", zorder=3)

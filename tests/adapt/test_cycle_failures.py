@@ -196,8 +196,14 @@ def test_a_canary_left_by_a_dead_adapt_is_withdrawn(triggered, settings, fake_dr
     from polyspec.adapt.cycle import run_cycle
 
     cand = triggered.import_draft(fake_draft_dir, verifier="smollm2-135m-instruct", name="adapt-it", languages=["it"])
+    # An exited engine left unreaped: a zombie keeps its pid, so no new process can take it before the cycle
+    # looks (pids wrap at 32768 on CI machines; a reaped pid can go to a new process, which the cycle then
+    # rightly leaves alone instead of saying "already stopped").
     dead = subprocess.Popen(["true"])
-    dead.wait()
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{dead.pid}/stat").read_text().split(")")[-1].split()[0] != "Z":
+        assert time.monotonic() < deadline, "`true` did not exit"
+        time.sleep(0.01)
     triggered.deploy(cand.ref, name="adapt-adapt-it-v1", url="http://127.0.0.1:9", languages=["it"], launch={
         "canary": {"language": "it", "share": 0.1, "attempt": "adapt-it-old"},
         "adapt_engine": {"pid": dead.pid, "port": 9, "url": "http://127.0.0.1:9"}})
@@ -206,6 +212,7 @@ def test_a_canary_left_by_a_dead_adapt_is_withdrawn(triggered, settings, fake_dr
         result = run_cycle(triggered, settings.model_copy(update={"min_free_gib": 1e6}), who="t")
     finally:
         del os.environ["POLYSPEC_ADAPT_MIN_FREE_GIB"]
+        dead.wait()
     assert result.details.get("step") == "training"  # the cycle went on after the clean-up
     assert [d.name for d in triggered.active_deployments()] == ["en-engine"]
     assert triggered.get_draft(cand.ref).status == "retired"

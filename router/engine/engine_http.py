@@ -256,8 +256,9 @@ class EngineClient:
 
         A keep-alive connection the engine closes as the request goes out (idle too long on its side, or
         the engine restarted) ends before any byte of an answer. That request is sent once more, on a new
-        connection: the rule of Go's net/http and of browsers for a reused connection. A new connection
-        that closes so is the engine's failure, raised as `EngineDisconnected`."""
+        connection, as Go's net/http does for a reused connection and a request it may replay; a completion
+        may be replayed here, since vLLM aborts a request whose connection closed. A new connection that
+        closes so is the engine's failure, raised as `EngineDisconnected`."""
         pool, path, host = self._target(url)
         lines = headers if isinstance(headers, bytes) else header_lines(headers)
         head = [method.encode("latin-1"), b" ", path, b" HTTP/1.1\r\n", host, self._default, lines]

@@ -90,7 +90,7 @@ def _holder(registry_url: str, ttl: float) -> subprocess.Popen:
 
 
 def test_two_adapt_processes_only_one_acts(triggered, registry_url, monkeypatch) -> None:
-    other = _holder(registry_url, ttl=4.0)  # renewed every 1.3 s while it lives
+    other = _holder(registry_url, ttl=6.0)  # renewed every 2 s while it lives: a starved beat still keeps it
     try:
         before = snapshot(triggered)
         done = polyspec("adapt", "once")  # this process, against the holder's
@@ -102,7 +102,10 @@ def test_two_adapt_processes_only_one_acts(triggered, registry_url, monkeypatch)
     finally:
         other.send_signal(signal.SIGKILL)  # it dies holding the lease
         other.wait(10)
-    time.sleep(4.5)  # past the lease: stale now
+    deadline = time.monotonic() + 30
+    while not all(lock["stale"] for lock in triggered.locks()):  # the dead holder's lease runs out
+        assert time.monotonic() < deadline, triggered.locks()
+        time.sleep(0.1)
     monkeypatch.setenv("POLYSPEC_ADAPT_MIN_FREE_GIB", "1000000")  # so the cycle stops early, recorded
     assert _once().exit_code == 1
     takeover = [e for e in triggered.events(50) if e.kind == "adapt-lock" and "previous_holder" in e.details]

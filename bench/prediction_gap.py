@@ -64,7 +64,7 @@ def fit(rows: list[dict], plen: dict[str, int]) -> dict[str, dict[str, float]]:
 
 def per_language(run: dict, rows: list[dict], plen: dict[str, int]) -> dict[str, dict[str, float]]:
     steps = run.get("engine_steps")
-    if not steps:  # runs before session 23 kept no step table
+    if not steps:  # older runs kept no step table
         return {}
     plain_step = steps["plain"].get("shared_step_s") or steps["plain"]["calibrated_step_s"]
     prefill = PREFILL_STEPS_PER_TOKEN * plain_step

@@ -53,7 +53,8 @@ from bench.fleet_figures import (  # noqa: E402
 )
 from bench.servers import start_polyspec  # noqa: E402
 from bench.speed_policy import send  # noqa: E402
-from polyspec.core.speed import request_seconds  # noqa: E402
+from bench.fleet_online import Online, Prediction, merge_points  # noqa: E402
+from polyspec.core.speed import NO_CONTEXT_COST, request_seconds  # noqa: E402
 
 LANGUAGES = ("en", "fr", "de", "es", "it", "ja", "ru", "pt")
 SPECIALISTS = ("en", "fr", "de", "es", "ru")
@@ -202,10 +203,10 @@ def fleet_registries(work: Path, verifier: Any, engines: dict[str, Engine], flee
     return out
 
 
-def predictor(reg: Any, verifier: str, engines: dict[str, Engine], langs: tuple[str, ...]) -> dict[tuple[str, str], tuple[float, float, float]]:
-    """(engine, language) -> (tokens per step, step seconds at batch 1, prefill seconds per prompt token): the
-    planner's speed model (registry.fleet_search.Model) over the calibrated engines, each engine's own
-    measured prefill."""
+def predictor(reg: Any, verifier: str, engines: dict[str, Engine], langs: tuple[str, ...]) -> dict[tuple[str, str], Prediction]:
+    """(engine, language) -> (tokens per step, step seconds at batch 1, prefill seconds per prompt token, the
+    step's growth with context): the planner's speed model (registry.fleet_search.Model) over the calibrated
+    engines, each engine's own measured prefill and context figures."""
     from polyspec.registry.fleet_inputs import candidates, gather
     from polyspec.registry.fleet_plan import cell
     from polyspec.registry.fleet_search import Model
@@ -214,12 +215,12 @@ def predictor(reg: Any, verifier: str, engines: dict[str, Engine], langs: tuple[
         cands = [c for c in candidates(s, verifier) if c.name in engines]
         cells = [cell(lang, "general", 1 / len(langs)) for lang in langs]
         model = Model(gather(s, verifier), cands, cells)
-    return {(c.name, x.language): (model.expected[(c.name, x.key)], model.step(c, 1), model.prefills[c.name])
-            for c in cands for x in cells}
+    return {(c.name, x.language): (model.expected[(c.name, x.key)], model.step(c, 1), model.prefills[c.name],
+                                   model.contexts[c.name]) for c in cands for x in cells}
 
 
 def add_live_predictions(rows: list[dict[str, Any]], regs: dict[str, str], verifier: str, engines: dict[str, Engine],
-                         langs: tuple[str, ...], model: dict[tuple[str, str], tuple[float, float, float]],
+                         langs: tuple[str, ...], model: dict[tuple[str, str], Prediction],
                          plen: dict[str, int]) -> None:
     """``predicted_seconds_live``: the same prediction with the tokens per step the speed model blends from the
     offline figures and the live counters each router stored during the run (in-sample for acceptance: it
@@ -230,12 +231,12 @@ def add_live_predictions(rows: list[dict[str, Any]], regs: dict[str, str], verif
     live: dict[tuple[str, str, str], float] = {}
     for system, url in regs.items():
         with open_registry(url) as reg:
-            live.update({(system, *key): e for key, (e, _, _) in predictor(reg, verifier, engines, langs).items()})
+            live.update({(system, *key): e for key, (e, *_) in predictor(reg, verifier, engines, langs).items()})
     for r in rows:
         e = live.get((r["system"], r["backend"], r["language"]))
-        _, step, prefill = model.get((r["backend"], r["language"]), (None, None, None))
+        _, step, prefill, context = model.get((r["backend"], r["language"]), (None, None, None, NO_CONTEXT_COST))
         seconds = request_seconds(e, step, answer_tokens=r["tokens"], prompt_tokens=plen[r["prompt_id"]],
-                                  prefill_s_per_token=prefill) if e and step and r["ok"] else None
+                                  prefill_s_per_token=prefill, context=context) if e and step and r["ok"] else None
         r["predicted_seconds_live"] = round(seconds, 4) if seconds else None
 
 
@@ -316,9 +317,10 @@ def main(
     prompts = load_prompts(langs, turns)
     plen = chat_tokens(verifier.path, prompts)
     mean_plen = round(sum(plen.values()) / len(plen))
-    # Batch 1 only: the bench sends one request at a time. Six requests per engine (engines of one shape pooled)
-    # and six prefill pairs, on a machine nobody else uses meanwhile.
-    calibrate = {"batches": [1], "waves": 6, "max_tokens": 64}
+    # Batch 1 only: the bench sends one request at a time. Four requests per engine (engines of one shape pooled)
+    # and four prefill and context pairs, on a machine nobody else uses meanwhile, then all of it again: the
+    # model reads the mean of the two, and the JSON keeps both (``calibration_repeat``) to check one against the other.
+    calibrate = {"batches": [1], "waves": 4, "max_tokens": 64}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     try:
         with tempfile.TemporaryDirectory(prefix="polyspec-fleet-") as tmp, ExitStack() as stack:
@@ -337,9 +339,13 @@ def main(
             started, mem_before = time.monotonic() - t0, (free, psutil.virtual_memory().available / 2**30)
             deploy(reg, verifier.name, engines, [{"name": n, "languages": ["en"], "default": False} for n in engines], urls)
             results = calibrate_deployments(reg, [], progress=True, **calibrate)
-            if failed := [r for r in results if "error" in r]:
+            repeat = calibrate_deployments(reg, [], progress=True, **calibrate)
+            if failed := [r for r in results + repeat if "error" in r]:
                 raise BenchError(f"calibration failed: {failed}")
-            points = {r["deployment"]: r["points"] for r in results}
+            again = {r["deployment"]: r["points"] for r in repeat}
+            points = {r["deployment"]: merge_points(r["points"], again[r["deployment"]]) for r in results}
+            for name, merged in points.items():
+                reg.record_calibration(name, merged)
             model = predictor(reg, verifier.name, engines, langs)
             calibrated_plan = make_plans(reg, verifier.name, cells, plan_engines, planned_k or k, **settings)[
                 0 if planned_k else 1]
@@ -354,12 +360,16 @@ def main(
             journal = logs / "requests.jsonl"
             journal.unlink(missing_ok=True)
 
+            online = Online(model)
+
             def extra(row: dict[str, Any], lang: str, pid: str) -> dict[str, Any]:
-                e, step, prefill = model.get((row["backend"], lang), (None, None, None))
+                e, step, prefill, context = model.get((row["backend"], lang), (None, None, None, NO_CONTEXT_COST))
                 seconds = request_seconds(e, step, answer_tokens=row["tokens"], prompt_tokens=plen[pid],
-                                          prefill_s_per_token=prefill) if e and row["ok"] else None
+                                          prefill_s_per_token=prefill, context=context) if e and row["ok"] else None
+                ahead = online.seconds(row, lang, plen[pid])
                 return {"prompt_tokens": plen[pid], "model_tokens_per_step": round(e, 4) if e else None,
                         "predicted_seconds": round(seconds, 4) if seconds else None,
+                        "predicted_seconds_online": round(ahead, 4) if ahead else None,
                         "mem_available_gib": round(psutil.virtual_memory().available / 2**30, 2)}
 
             rows = run_traffic(routers, prompts, turns, max_tokens, journal, budget_min * 60, extra, deadline)
@@ -391,7 +401,10 @@ def main(
         "fleets": {s: [m["name"] for m in fleets[s]] for s in SYSTEMS},
         "languages": results_by_lang, "weighted": weighted, "weighted_equal": weighted_equal,
         "targets": targets(results_by_lang, weighted, weighted_equal),
-        "calibration": [{key: r[key] for key in ("deployment", "draft", "k", "points")} for r in results],
+        "calibration": [{"deployment": r["deployment"], "draft": r["draft"], "k": r["k"], "points": points[r["deployment"]]}
+                        for r in results],
+        "calibration_first": [{key: r[key] for key in ("deployment", "draft", "k", "points")} for r in results],
+        "calibration_repeat": [{key: r[key] for key in ("deployment", "draft", "k", "points")} for r in repeat],
         "seconds": {"engines_start": round(started, 1), "total": round(time.monotonic() - t0, 1)},
         "mem_available_gib": {"before_engines": round(mem_before[0], 2), "engines_ready": round(mem_before[1], 2),
                               "lowest": min((r["mem_available_gib"] for r in rows), default=None)}}

@@ -12,8 +12,9 @@ token (core.speed.request_tokens_per_second).
 
 With ``--fleet``, per engine: a least-squares fit without intercept of request seconds on steps and prompt
 tokens (the prompt tokens each row carries) beside its own calibrated step (the model pools engines of one
-shape) and measured prefill; per language, the planned fleet's tokens per step the model read against those
-vLLM counted, and its predicted / observed tokens/s.
+shape), measured prefill and step growth per context token; per language, the planned fleet's tokens per step the
+model read against those vLLM counted, and its predicted / observed tokens/s, before traffic and online (the model
+as each request found it, bench/fleet_online.py).
 """
 
 from __future__ import annotations
@@ -108,7 +109,9 @@ def fleet_gap(run: dict, rows: list[dict]) -> dict[str, dict]:
                          "ms_per_step_calibrated": round(point["step_s"] * 1e3, 1),
                          "ms_per_prompt_token_fit": round(coef[1] * 1e3, 2),
                          "ms_per_prompt_token_calibrated": round(point["details"]["prefill_s_per_token"] * 1e3, 2)
-                         if "prefill_s_per_token" in point.get("details", {}) else None}
+                         if "prefill_s_per_token" in point.get("details", {}) else None,
+                         "ms_per_context_token_calibrated": round(point["details"]["step_s_per_context_token"] * 1e3, 4)
+                         if "step_s_per_context_token" in point.get("details", {}) else None}
     languages = {}
     for lang in run["settings"]["languages"]:
         mine = [r for r in rows if r["ok"] and r["language"] == lang and r["system"] == "planned_fleet"
@@ -120,7 +123,9 @@ def fleet_gap(run: dict, rows: list[dict]) -> dict[str, dict]:
             "engines": sorted({r["backend"] for r in mine}),
             "tokens_per_step_model": round(statistics.mean(r["model_tokens_per_step"] for r in mine), 3),
             "tokens_per_step_counted": round(sum(r["tokens"] for r in mine) / steps, 3),
-            "predicted_over_observed": round(sum(r["seconds"] for r in mine) / sum(r["predicted_seconds"] for r in mine), 3)}
+            "predicted_over_observed": round(sum(r["seconds"] for r in mine) / sum(r["predicted_seconds"] for r in mine), 3),
+            "online_over_observed": round(sum(r["seconds"] for r in mine) / sum(r["predicted_seconds_online"] for r in mine), 3)
+            if all(r.get("predicted_seconds_online") for r in mine) else None}
     return {"engines": engines, "languages": languages}
 
 

@@ -169,19 +169,39 @@ def tokens_per_second(expected: float, step_s: float | None) -> float | None:
 PREFILL_STEPS_PER_TOKEN = 0.076
 
 
+@dataclass(frozen=True)
+class ContextCost:
+    """How a decode step grows with its context (attention over more tokens): ``s_per_token`` seconds per token
+    of context, from a step time measured at a mean context of ``measured_at`` tokens (router.calibrate's
+    ``step_s_per_context_token`` and ``context_tokens``). The default adds nothing."""
+
+    s_per_token: float = 0.0
+    measured_at: float = 0.0
+
+    def step(self, step_s: float, context_tokens: float) -> float:
+        """The step at a mean context of ``context_tokens``; never below half the measured step (a context
+        shorter than calibration's saves at most what attention costs)."""
+        return max(step_s / 2, step_s + self.s_per_token * (context_tokens - self.measured_at))
+
+
+NO_CONTEXT_COST = ContextCost()
+
+
 def request_seconds(expected: float, step_s: float, *, answer_tokens: int, prompt_tokens: int,
-                    prefill_s_per_token: float) -> float:
-    """Wall time of one request: its prompt's prefill, then ``answer_tokens / expected`` steps."""
-    return prompt_tokens * prefill_s_per_token + answer_tokens / max(expected, 1.0) * step_s
+                    prefill_s_per_token: float, context: ContextCost = NO_CONTEXT_COST) -> float:
+    """Wall time of one request: its prompt's prefill, then ``answer_tokens / expected`` steps, each at the
+    request's mean context (the prompt and half the answer)."""
+    step = context.step(step_s, prompt_tokens + answer_tokens / 2)
+    return prompt_tokens * prefill_s_per_token + answer_tokens / max(expected, 1.0) * step
 
 
 def request_tokens_per_second(expected: float, step_s: float | None, *, answer_tokens: int, prompt_tokens: int,
-                              prefill_s_per_token: float) -> float | None:
+                              prefill_s_per_token: float, context: ContextCost = NO_CONTEXT_COST) -> float | None:
     """Tokens/s a client sees over a whole request (prefill included); ``tokens_per_second`` without a prompt."""
     if step_s is None or step_s <= 0 or answer_tokens <= 0:
         return None
-    return answer_tokens / request_seconds(expected, step_s, answer_tokens=answer_tokens,
-                                           prompt_tokens=prompt_tokens, prefill_s_per_token=prefill_s_per_token)
+    return answer_tokens / request_seconds(expected, step_s, answer_tokens=answer_tokens, prompt_tokens=prompt_tokens,
+                                           prefill_s_per_token=prefill_s_per_token, context=context)
 
 
 def draft_step(plain_s: float, ref_s: float, *, k: int, ref_k: int, vocab: int, ref_vocab: int,

@@ -164,16 +164,23 @@ def calibrate_deployments(registry: Any, names: list[str], *, batches: list[int]
 def print_calibration(results: list[dict[str, Any]], out: Any = None) -> None:
     """The calibration as a table, on ``out`` (a rich Console; default: stdout)."""
     table = Table(title="Engine calibration (stored in the registry)")
-    for name in ("deployment", "draft", "k", "batch", "ms/step", "tokens/s per stream", "tokens/step", "requests"):
+    for name in ("deployment", "draft", "k", "batch", "ms/step", "tokens/s per stream", "tokens/step", "requests",
+                 "prefill ms/prompt token", "step ms/context token (at)"):
         table.add_column(name, justify="right" if name not in ("deployment", "draft") else "left")
     for row in results:
         if "error" in row:
-            table.add_row(row["deployment"], row["draft"], str(row["k"]), "-", "-", f"[red]{row['error']}[/]", "-", "-")
+            table.add_row(row["deployment"], row["draft"], str(row["k"]), "-", "-", f"[red]{row['error']}[/]", "-", "-",
+                          "-", "-")
             continue
         for p in row["points"]:
+            details = p["details"]
+            prefill = details.get("prefill_s_per_token")
+            context = details.get("step_s_per_context_token")
             table.add_row(row["deployment"], row["draft"], str(row["k"]), str(p["batch_size"]),
                           f"{p['step_s'] * 1000:.1f}", f"{p['tokens_per_s']:.1f}",
-                          f"{p['details']['tokens_per_step']:.2f}", str(p["requests"]))
+                          f"{details['tokens_per_step']:.2f}", str(p["requests"]),
+                          "-" if prefill is None else f"{prefill * 1000:.2f}",
+                          "-" if context is None else f"{context * 1000:.4f} ({details.get('context_tokens', 0):.0f})")
     (out or console()).print(table)
 
 

@@ -12,6 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from polyspec.core.languages import MULTILINGUAL, UNDETERMINED
+from polyspec.core.speed import ContextCost
 from polyspec.registry import calibrations, deployments
 from polyspec.registry.fleet_plan import Cell, FleetPlan, PlanError, cell
 from polyspec.registry.fleet_search import MAX_PLAN_K, Candidate, Inputs, plan_fleet
@@ -58,8 +59,8 @@ def candidates(session: Session, verifier: str, *, max_k: int = MAX_PLAN_K) -> l
 
 
 def gather(session: Session, verifier: str, **settings: Any) -> Inputs:
-    """Acceptance of every draft of the verifier, live counters, and the calibrated step curves and prefill
-    figures of the active deployments (engines of one shape pooled, as the router reads them), keyed by
+    """Acceptance of every draft of the verifier, live counters, and the calibrated step curves, prefill and
+    context figures of the active deployments (engines of one shape pooled, as the router reads them), keyed by
     (draft vocabulary, k)."""
     offline: dict[str, dict[str, list[float]]] = {}
     samples: dict[str, dict[str, int]] = {}
@@ -70,7 +71,8 @@ def gather(session: Session, verifier: str, **settings: Any) -> Inputs:
     vocab = {ref: d.draft_vocab_size for ref, d in drafts_of(session, verifier).items()}
     pooled: dict[tuple[int | None, int], dict[int, list[float]]] = defaultdict(dict)
     prefill: dict[tuple[int | None, int], list[float]] = defaultdict(list)
-    measured = _prefill_figures(session)
+    context: dict[tuple[int | None, int], list[ContextCost]] = defaultdict(list)
+    measured, growth = _prefill_figures(session), _context_figures(session)
     views = [v for v in deployments.views(session) if v.verifier_name == verifier and v.step_s]
     for view in with_shared_steps(views):
         key = (vocab.get(view.draft), view.k or 0) if view.draft else (None, 0)
@@ -78,18 +80,40 @@ def gather(session: Session, verifier: str, **settings: Any) -> Inputs:
             pooled[key].setdefault(batch, []).append(seconds)
         if (figure := measured.get((view.name, view.draft or "none", view.k or 0))) is not None:
             prefill[key].append(figure)
+        if (cost := growth.get((view.name, view.draft or "none", view.k or 0))) is not None:
+            context[key].append(cost)
     curves = {key: {b: sum(v) / len(v) for b, v in sorted(points.items())} for key, points in pooled.items()}
     return Inputs(offline=offline, offline_samples=samples, live=live, curves=curves, calibrated=bool(curves),
-                  prefill={key: sum(v) / len(v) for key, v in prefill.items()}, **settings)
+                  prefill={key: sum(v) / len(v) for key, v in prefill.items()},
+                  context={key: ContextCost(sum(c.s_per_token for c in v) / len(v), sum(c.measured_at for c in v) / len(v))
+                           for key, v in context.items()}, **settings)
 
 
 def _prefill_figures(session: Session) -> dict[tuple[str, str, int], float]:
     """(deployment, draft, k) -> seconds per prompt token, from the newest calibration that measured it."""
     out: dict[tuple[str, str, int], float] = {}
     for point in calibrations.latest(session):
-        figure = point.details.get("prefill_s_per_token")
-        if isinstance(figure, (int, float)) and not isinstance(figure, bool) and 0 < figure < 1:
-            out[(point.deployment, point.draft_name, point.k)] = float(figure)
+        if (figure := _number(point.details.get("prefill_s_per_token"), 0.0, 1.0)) is not None and figure > 0:
+            out[(point.deployment, point.draft_name, point.k)] = figure
+    return out
+
+
+def _number(value: Any, low: float, high: float) -> float | None:
+    """A calibration detail that is a real number in [low, high), else None (a hand-edited or foreign row)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value < high:
+        return float(value)
+    return None
+
+
+def _context_figures(session: Session) -> dict[tuple[str, str, int], ContextCost]:
+    """(deployment, draft, k) -> the step's growth per context token and the context its step was measured at,
+    from the newest calibration that measured both (below 10 ms a token, a context under a million tokens)."""
+    out: dict[tuple[str, str, int], ContextCost] = {}
+    for point in calibrations.latest(session):
+        slope = _number(point.details.get("step_s_per_context_token"), 0.0, 0.01)
+        at = _number(point.details.get("context_tokens"), 0.0, 1e6)
+        if slope is not None and at is not None:
+            out[(point.deployment, point.draft_name, point.k)] = ContextCost(slope, at)
     return out
 
 

@@ -6,7 +6,8 @@ tokens/s of one stream is, prefill included (core.speed.request_tokens_per_secon
 
     tps(d, c) = A / (P * prefill + (A / E_d,c) * step_d(b))
 
-with A answer tokens, P prompt tokens, E from the draft's offline acceptance on the language blended with the
+with A answer tokens, P prompt tokens, step_d(b) at the request's mean context P + A/2 (calibration measures
+the step's growth per context token), E from the draft's offline acceptance on the language blended with the
 live counters of (language, domain, draft), and step_d(b) the step time at the batch b each replica runs
 (b = max(1, concurrency * its traffic share / replicas)). The objective is the traffic-weighted mean
 
@@ -26,7 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from polyspec.core.speed import (
-    PREFILL_STEPS_PER_TOKEN, AcceptanceEstimate, blend_acceptance, draft_step, interpolate, request_tokens_per_second,
+    NO_CONTEXT_COST, PREFILL_STEPS_PER_TOKEN, AcceptanceEstimate, ContextCost, blend_acceptance, draft_step, interpolate,
+    request_tokens_per_second,
 )
 from polyspec.registry.fleet_plan import Cell, CellPrediction, FleetPlan, Marginal, PlanEntry, PlanError
 from polyspec.registry.records import LiveStatRecord
@@ -68,6 +70,7 @@ class Inputs:
     live: Mapping[tuple[str, str, str], LiveStatRecord]  # (language, domain, draft ref) -> counters
     curves: Mapping[tuple[int | None, int], dict[int, float]]  # (vocab, k) -> step curve; (None, 0): plain
     prefill: Mapping[tuple[int | None, int], float] = field(default_factory=dict)  # (vocab, k) -> s per prompt token
+    context: Mapping[tuple[int | None, int], ContextCost] = field(default_factory=dict)  # (vocab, k) -> step growth
     answer_tokens: int = 96
     prompt_tokens: int = 110
     concurrency: float = 1.0
@@ -110,6 +113,22 @@ def prefill_cost(inputs: Inputs, cand: Candidate, plain_step_s: float) -> float:
     return PREFILL_STEPS_PER_TOKEN * plain_step_s
 
 
+def context_cost(inputs: Inputs, cand: Candidate) -> ContextCost:
+    """The step's growth per context token on the candidate's engine: its own (vocab, k) calibration's; else the
+    mean of those measured with its draft vocabulary, else of every measured engine (the verifier's attention
+    is most of it, whatever the draft); else none (the step as calibrated, whatever the context)."""
+    measured = inputs.context
+    key = (cand.vocab, cand.k) if cand.draft is not None else (None, 0)
+    if key in measured:
+        return measured[key]
+    for same in ([v for (vocab, k), v in measured.items() if k and vocab == cand.vocab and cand.draft is not None],
+                 list(measured.values())):
+        if same:
+            return ContextCost(sum(c.s_per_token for c in same) / len(same),
+                               sum(c.measured_at for c in same) / len(same))
+    return NO_CONTEXT_COST
+
+
 def estimate(inputs: Inputs, cand: Candidate, cell: Cell) -> AcceptanceEstimate:
     if cand.draft is None:
         return AcceptanceEstimate((), 0.0, 0)
@@ -131,6 +150,8 @@ class Model:
         plain_s = interpolate(plain, 1) or PRIOR_PLAIN_STEP_S
         self.prefills = {c.name: prefill_cost(inputs, c, plain_s) for c in self.candidates}
         self.prefill = prefill_cost(inputs, Candidate("no-spec", None, 0, None), plain_s)  # the verifier alone's
+        self.contexts = {c.name: context_cost(inputs, c) for c in self.candidates}
+        self.context = context_cost(inputs, Candidate("no-spec", None, 0, None))  # the verifier alone's
         self.expected = {(c.name, x.key): estimate(inputs, c, x).mean(c.k) if c.draft else 1.0
                          for c in self.candidates for x in self.cells}
         self._tps: dict[tuple[str, str, float], float] = {}
@@ -148,7 +169,8 @@ class Model:
         return request_tokens_per_second(self.expected[(cand.name, cell.key)], self.step(cand, batch),
                                          answer_tokens=self.inputs.answer_tokens,
                                          prompt_tokens=self.inputs.prompt_tokens,
-                                         prefill_s_per_token=self.prefills[cand.name]) or 0.0
+                                         prefill_s_per_token=self.prefills[cand.name],
+                                         context=self.contexts[cand.name]) or 0.0
 
     def assign(self, fleet: Mapping[str, int]) -> tuple[float, dict[str, tuple[Candidate, float]]]:
         """The weighted tokens/s of a fleet (candidate name -> replicas) and each cell's (deployment, tps):
@@ -269,6 +291,8 @@ def _as_plan(model: Model, verifier: str, engines: int, fleet: dict[str, int], m
         speedup=round(total / plain_total, 3) if plain_total else 0.0, marginal=marginal,
         assumptions={"answer_tokens": inputs.answer_tokens, "prompt_tokens": inputs.prompt_tokens,
                      "prefill_ms_per_token": round(model.prefill * 1e3, 3),
-                     "prefill": "calibrated" if inputs.prefill else "prior (no engine's prefill measured)", "concurrency": inputs.concurrency,
+                     "prefill": "calibrated" if inputs.prefill else "prior (no engine's prefill measured)",
+                     "context_ms_per_token": round(model.context.s_per_token * 1e3, 4),
+                     "concurrency": inputs.concurrency,
                      "step_times": "calibrated" if inputs.calibrated else "prior (no calibrated engine)",
                      "objective": "sum over cells of share x predicted tokens/s of one stream"})

@@ -11,7 +11,12 @@ Prefill is measured apart (``prefill_s_per_token`` in every point's details): af
 pairs of one-token completions, a short prompt and a long one, each opened by a fresh tag so that no prefix
 cache serves it; the figure is the median over the pairs of their time difference over their prompt-token
 difference. A chat request's prompt runs to hundreds of tokens and its prefill is a tenth of its time or
-more (docs/speed.md, "Prefill"); the step waves' short prompts hide almost none of it.
+more (docs/speed.md, "Prefill"); the step waves' short prompts hide almost none of it. Each pair also runs the two
+prompts to ``max_tokens`` (fresh tags again): their decode seconds per step (the full completion less the
+one-token one) differ by the context's cost, and the median over the pairs of that difference over the prompt-token
+difference is ``step_s_per_context_token``, the step's growth per token of context (attention over a longer
+context). ``context_tokens`` is the step waves' mean context (prompt tokens plus half the answer), the length
+their step time holds.
 
 Acceptance does not matter here: the speed model takes tokens per step from the acceptance figures, and
 the step time of an engine hardly depends on how many drafts the verifier accepts.
@@ -108,15 +113,28 @@ async def _completion(client: httpx.AsyncClient, url: str, model: str, prompt: s
     return wall, steps, tokens, prompt_tokens
 
 
-async def _prefill(client: httpx.AsyncClient, url: str, model: str, speculates: bool) -> float | None:
-    """Seconds per prompt token of one pair: a one-token completion of a long prompt less one of a short
-    prompt, over their prompt-token difference; both open with a fresh tag so no prefix cache serves them.
-    None when the engine reports no prompt tokens or the long prompt was not the longer one."""
+async def _prefill(client: httpx.AsyncClient, url: str, model: str, speculates: bool,
+                   max_tokens: int = 0) -> tuple[float | None, float | None]:
+    """(seconds per prompt token, step seconds per context token) of one pair of prompts, a short and a long one.
+    Prefill: a one-token completion of the long prompt less one of the short prompt, over their prompt-token
+    difference. Context: with ``max_tokens`` > 1, each prompt also runs to ``max_tokens``; its decode seconds per
+    step are that completion less the one-token one, over its steps, and the long prompt's less the short one's,
+    over the prompt-token difference, is the context figure. Every request opens with a fresh tag so no prefix
+    cache serves it. None where the engine reports no prompt tokens or the long prompt was not the longer one."""
     tag = uuid.uuid4().hex[:8]
     short = await _completion(client, url, model, f"[{tag}] {PROMPTS[0]}", 1, speculates)
     long = await _completion(client, url, model, f"[{tag}-long] {LONG_PROMPT}", 1, speculates)
     extra = long[3] - short[3]
-    return max(0.0, long[0] - short[0]) / extra if extra > 0 else None
+    if extra <= 0:
+        return None, None
+    prefill = max(0.0, long[0] - short[0]) / extra
+    if max_tokens <= 1:
+        return prefill, None
+    decode = []
+    for one, text in ((short, f"[{tag}-s] {PROMPTS[0]}"), (long, f"[{tag}-l] {LONG_PROMPT}")):
+        full = await _completion(client, url, model, text, max_tokens, speculates)
+        decode.append(max(0.0, full[0] - one[0]) / max(1, full[1]))
+    return prefill, max(0.0, decode[1] - decode[0]) / extra
 
 
 async def calibrate_engines(engines: Mapping[str, tuple[str, bool]], *, batches: Sequence[int], waves: int = 2,
@@ -136,7 +154,7 @@ async def calibrate_engines(engines: Mapping[str, tuple[str, bool]], *, batches:
     limits = httpx.Limits(max_connections=widest * max(1, len(engines)), max_keepalive_connections=widest * len(engines))
     failed: dict[str, CalibrationFailed] = {}
     models: dict[str, str] = {}
-    samples: dict[str, dict[int, list[tuple[float, int, int]]]] = {}
+    samples: dict[str, dict[int, list[tuple[float, int, int, int]]]] = {}
     async with httpx.AsyncClient(timeout=timeout_s, limits=limits, transport=transport) as client:
         urls = {name: url.rstrip("/") for name, (url, _) in engines.items()}
         for name, (_, speculates) in engines.items():
@@ -153,8 +171,8 @@ async def calibrate_engines(engines: Mapping[str, tuple[str, bool]], *, batches:
                 shift = turn % len(alive) if alive else 0
                 turn += 1
                 for name in alive[shift:] + alive[:shift]:
-                    runs = [_one(client, urls[name], models[name], PROMPTS[i % len(PROMPTS)], max_tokens,
-                                 engines[name][1]) for i in range(batch)]
+                    runs = [_completion(client, urls[name], models[name], PROMPTS[i % len(PROMPTS)], max_tokens,
+                                        engines[name][1]) for i in range(batch)]
                     try:
                         samples[name][batch] += await asyncio.gather(*runs)
                     except (CalibrationFailed, httpx.HTTPError) as exc:
@@ -163,15 +181,21 @@ async def calibrate_engines(engines: Mapping[str, tuple[str, bool]], *, batches:
                     if progress is not None:
                         progress(name, batch)
         prefill: dict[str, list[float]] = {name: [] for name in engines}
+        context: dict[str, list[float]] = {name: [] for name in engines}
         for _ in range(waves):  # in turns as well, for the same reason
             for name in [n for n in engines if n not in failed]:
                 try:
-                    if (figure := await _prefill(client, urls[name], models[name], engines[name][1])) is not None:
-                        prefill[name].append(figure)
+                    per_token, per_context = await _prefill(client, urls[name], models[name], engines[name][1],
+                                                            max_tokens)
                 except (CalibrationFailed, httpx.HTTPError) as exc:
                     failed[name] = _failure(urls[name], exc)
-    return {name: failed.get(name) or [_point(b, samples[name][b], max_tokens, prefill[name]) for b in batches]
-            for name in engines}
+                    continue
+                if per_token is not None:
+                    prefill[name].append(per_token)
+                if per_context is not None:
+                    context[name].append(per_context)
+    return {name: failed.get(name) or [_point(b, samples[name][b], max_tokens, prefill[name], context[name])
+                                       for b in batches] for name in engines}
 
 
 def _failure(url: str, exc: Exception) -> CalibrationFailed:
@@ -179,12 +203,16 @@ def _failure(url: str, exc: Exception) -> CalibrationFailed:
     return exc if isinstance(exc, CalibrationFailed) else CalibrationFailed(f"{url}: {type(exc).__name__}: {exc}")
 
 
-def _point(batch: int, samples: list[tuple[float, int, int]], max_tokens: int, prefill: Sequence[float] = ()) -> Point:
-    steps = [wall / max(1, n) for wall, n, _ in samples]
-    tps = [tokens / wall for wall, _, tokens in samples if wall > 0]
+def _point(batch: int, samples: list[tuple[float, int, int, int]], max_tokens: int, prefill: Sequence[float] = (),
+           context: Sequence[float] = ()) -> Point:
+    steps = [wall / max(1, n) for wall, n, _, _ in samples]
+    tps = [tokens / wall for wall, _, tokens, _ in samples if wall > 0]
     details: dict[str, Any] = {
         "step_s_min": min(steps), "step_s_max": max(steps), "max_tokens": max_tokens,
-        "tokens_per_step": sum(t for _, _, t in samples) / max(1, sum(n for _, n, _ in samples))}
+        "tokens_per_step": sum(t for _, _, t, _ in samples) / max(1, sum(n for _, n, _, _ in samples)),
+        "context_tokens": statistics.mean(p for *_, p in samples) + max_tokens / 2}
     if prefill:  # the engine's, not the batch's: measured one request at a time
         details["prefill_s_per_token"] = statistics.median(prefill)
+    if context:
+        details["step_s_per_context_token"] = statistics.median(context)
     return Point(batch, statistics.median(steps), statistics.median(tps), len(samples), details)

@@ -1,5 +1,6 @@
-"""router.calibrate on a fake engine with a known cost model (no vLLM): the step time and the prefill per prompt
-token it reports are the engine's, and no prefill request reuses a prompt a prefix cache could serve."""
+"""router.calibrate on a fake engine with a known cost model (no vLLM): the step time, the prefill per prompt
+token and the step's growth per context token it reports are the engine's, and no prefill request reuses a prompt
+a prefix cache could serve."""
 
 from __future__ import annotations
 
@@ -14,13 +15,15 @@ from polyspec.router import calibrate
 STEP_S = 0.08  # seconds per verify step of the fake engine
 PREFILL_S = 0.004  # seconds per prompt token
 TOKENS_PER_STEP = 2
+CONTEXT_S = 0.00005  # seconds a step grows per token of context
 
 
 class FakeEngine:
     """Answers /v1/models and /v1/completions; each completion advances a fake clock by its prefill and steps."""
 
-    def __init__(self, *, report_prompt_tokens: bool = True) -> None:
+    def __init__(self, *, report_prompt_tokens: bool = True, context_s: float = 0.0) -> None:
         self.now = 0.0
+        self.context_s = context_s
         self.prompts: list[str] = []
         self.report_prompt_tokens = report_prompt_tokens
 
@@ -35,7 +38,9 @@ class FakeEngine:
         prompt_tokens = len(body["prompt"].split())
         tokens = body["max_tokens"]
         steps = max(1, -(-tokens // TOKENS_PER_STEP))
-        self.now += prompt_tokens * PREFILL_S + steps * STEP_S
+        # the first token comes with prefill; each further step attends over the prompt and half the answer
+        decode = 0 if tokens <= 1 else steps * (STEP_S + self.context_s * (prompt_tokens + tokens / 2))
+        self.now += prompt_tokens * PREFILL_S + (STEP_S if tokens <= 1 else decode)
         usage = {"completion_tokens": tokens, **({"prompt_tokens": prompt_tokens} if self.report_prompt_tokens else {})}
         return httpx.Response(200, json={"usage": usage, "metrics": {"speculative_decoding": {"num_spec_steps": steps}}})
 
@@ -58,10 +63,42 @@ def test_prefill_per_prompt_token_is_measured_apart_from_the_step(monkeypatch: p
     assert STEP_S < point.step_s <= STEP_S + short * PREFILL_S / 32 + 1e-9
     # Every prefill request opens with its own tag: no prefix cache can serve one from another.
     tagged = [p for p in engine.prompts if p.startswith("[")]
-    assert len(tagged) == 2 * 3 and len({p.split("]")[0] for p in tagged}) == len(tagged)
+    assert len(tagged) == 4 * 3 and len({p.split("]")[0] for p in tagged}) == len(tagged)
     assert point.to_json()["details"]["prefill_s_per_token"] == pytest.approx(PREFILL_S)
 
 
 def test_an_engine_that_reports_no_prompt_tokens_gets_no_prefill_figure(monkeypatch: pytest.MonkeyPatch) -> None:
     [point] = _run(FakeEngine(report_prompt_tokens=False), monkeypatch, waves=2)
     assert "prefill_s_per_token" not in point.details and point.step_s > STEP_S
+
+
+def test_the_step_s_growth_per_context_token_is_measured_with_the_context_it_was_measured_at(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    [point] = _run(FakeEngine(context_s=CONTEXT_S), monkeypatch)
+    assert point.details["step_s_per_context_token"] == pytest.approx(CONTEXT_S)
+    assert point.details["prefill_s_per_token"] == pytest.approx(PREFILL_S)
+    # the step waves' mean context: their prompts' tokens and half of the 64-token answer
+    words = [len(p.split()) for p in calibrate.PROMPTS[:1]]
+    assert point.details["context_tokens"] == pytest.approx(words[0] + 32)
+
+
+def test_an_engine_whose_step_ignores_the_context_gets_no_growth(monkeypatch: pytest.MonkeyPatch) -> None:
+    [point] = _run(FakeEngine(), monkeypatch)
+    assert point.details["step_s_per_context_token"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_the_calibrate_table_prints_prefill_and_the_step_s_growth_per_context_token(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.console import Console
+
+    from polyspec.engines import print_calibration
+
+    [point] = _run(FakeEngine(context_s=CONTEXT_S), monkeypatch)
+    out = Console(record=True, width=300)
+    print_calibration([{"deployment": "m", "draft": "multi@1", "k": 4, "points": [point.to_json()]},
+                       {"deployment": "gone", "draft": "none", "k": 0, "error": "unreachable"}], out)
+    text = out.export_text()
+    assert "prefill ms/prompt token" in text and "step ms/context token" in text
+    row = next(line for line in text.splitlines() if "multi@1" in line)
+    assert f"{PREFILL_S * 1000:.2f}" in row and f"{CONTEXT_S * 1000:.4f}" in row
+    assert "unreachable" in text

@@ -1,0 +1,80 @@
+"""bench/fleet_online.py: the fleet bench's online prediction uses only the requests before each one, and a
+calibration merged with its repeat."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.fleet_figures import language_figures, targets, weighted_figures
+from bench.fleet_online import Online, merge_points
+from polyspec.core.speed import ContextCost, request_seconds
+
+CONTEXT = ContextCost(0.0001, 50)
+
+
+def _row(backend: str, seconds: float, tokens: int = 96, steps: int = 32, ok: bool = True) -> dict:
+    return {"ok": ok, "backend": backend, "seconds": seconds, "tokens": tokens, "spec_steps": steps}
+
+
+def test_the_first_request_gets_the_offline_model_and_later_ones_the_counts_before_them() -> None:
+    online = Online({("m", "fr"): (3.0, 0.08, 0.003, CONTEXT)}, prior_steps=100, prior_requests=4)
+    first = online.seconds(_row("m", 4.0), "fr", 110)
+    assert first == pytest.approx(request_seconds(3.0, 0.08, answer_tokens=96, prompt_tokens=110,
+                                                  prefill_s_per_token=0.003, context=CONTEXT))
+    second = online.seconds(_row("m", 4.0), "fr", 110)
+    # acceptance: 100 offline steps at 3.0 and the first request's 96 tokens in 32 steps
+    e = (100 * 3.0 + 96) / (100 + 32)
+    # step: four calibrated requests and the first one's own, its prefill taken out, at calibration's context
+    own = (4.0 - 110 * 0.003) / 32 - 0.0001 * (110 + 48 - 50)
+    step = (4 * 0.08 + own) / 5
+    assert second == pytest.approx(request_seconds(e, step, answer_tokens=96, prompt_tokens=110,
+                                                   prefill_s_per_token=0.003, context=CONTEXT))
+
+
+def test_counts_are_kept_per_engine_and_language_and_bad_rows_predict_nothing() -> None:
+    online = Online({("m", "fr"): (3.0, 0.08, 0.003, CONTEXT), ("m", "ja"): (2.0, 0.08, 0.003, CONTEXT),
+                     ("p", "fr"): (1.0, 0.06, 0.003, CONTEXT)}, prior_steps=100, prior_requests=4)
+    ja_before = request_seconds(2.0, 0.08, answer_tokens=96, prompt_tokens=110, prefill_s_per_token=0.003,
+                                context=CONTEXT)
+    online.seconds(_row("m", 12.0, steps=96), "fr", 110)  # a slow French request with nothing accepted
+    ja = online.seconds(_row("m", 4.0), "ja", 110)
+    assert ja > ja_before  # the engine's step is shared by its languages; French acceptance is not
+    assert online.counted[("m", "ja")] == [96, 32] and online.counted[("m", "fr")] == [96, 96]
+    assert online.seconds(_row("m", 4.0, ok=False), "fr", 110) is None
+    assert online.seconds(_row("x", 4.0), "fr", 110) is None  # an engine the model does not know
+    assert online.seconds(_row("m", 4.0, tokens=0), "fr", 110) is None
+    # no speculation: tokens per step stay 1, steps are its tokens
+    plain = online.seconds(_row("p", 6.0, steps=0), "fr", 110)
+    assert plain == pytest.approx(request_seconds(1.0, 0.06, answer_tokens=96, prompt_tokens=110,
+                                                  prefill_s_per_token=0.003, context=CONTEXT))
+    assert ("p", "fr") not in online.counted and online.steps["p"][1] == 1
+
+
+def test_a_calibration_and_its_repeat_merge_into_one_point_that_keeps_the_ratio() -> None:
+    first = [{"batch_size": 1, "step_s": 0.08, "tokens_per_s": 20.0, "requests": 4,
+              "details": {"prefill_s_per_token": 0.004, "step_s_per_context_token": 0.0001, "context_tokens": 50}}]
+    repeat = [{"batch_size": 1, "step_s": 0.10, "tokens_per_s": 16.0, "requests": 4,
+               "details": {"prefill_s_per_token": 0.002, "context_tokens": 52}}]
+    [point] = merge_points(first, repeat)
+    assert point["step_s"] == pytest.approx(0.09) and point["requests"] == 8 and point["tokens_per_s"] == 18.0
+    d = point["details"]
+    assert d["prefill_s_per_token"] == pytest.approx(0.003) and d["context_tokens"] == 51
+    assert d["step_s_per_context_token"] == 0.0001  # measured once: kept as it was
+    assert d["repeat_step_ratio"] == pytest.approx(1.25)
+    assert merge_points(first, []) == first
+
+
+def test_the_online_target_is_judged_apart_from_the_offline_one() -> None:
+    rows = []
+    for n in range(6):
+        for system, tps in (("no_spec", 10.0), ("specialist_fleet", 12.0), ("planned_fleet", 16.0)):
+            seconds = 60 / tps
+            rows.append({"language": "fr", "prompt_id": f"fr-{n}", "system": system, "ok": True, "tokens": 60,
+                         "seconds": seconds, "backend": system, "slot": 0, "histogram": [], "spec_steps": 0,
+                         "misrouted": False, "predicted_seconds": seconds / 1.2,
+                         "predicted_seconds_online": seconds / 1.05})
+    langs = {"fr": language_figures(rows, "fr", k=3)}
+    assert langs["fr"]["predicted_online_over_observed"]["planned_fleet"] == pytest.approx(1.05)
+    w = weighted_figures(langs, rows, {"fr": 1.0}, {"no_spec": 1, "specialist_fleet": 5, "planned_fleet": 2})
+    t = targets(langs, w)
+    assert not t["predictions"]["met"] and t["predictions_online"]["met"]

@@ -123,9 +123,13 @@ def promote(draft: str = typer.Argument(..., metavar="NAME[@VERSION]"),
             replace: bool = typer.Option(False, "--replace", help="Retire the active drafts it supersedes and "
                                          "move their locally launched deployments to it."),
             force: bool = typer.Option(False, "--force", help="Promote despite the gate (recorded)."),
+            gain_on: Optional[list[str]] = typer.Option(
+                None, "--gain-on", metavar="BENCHMARK", help="Require the gain on this benchmark only (repeat for "
+                "more); the targets' other benchmarks must then not lose more than --epsilon. Default: all."),
             as_json: bool = JsonOpt) -> None:
     """Make a candidate active if it beats the active draft(s) on its languages and hurts no other."""
-    res = _reg().promote(draft, languages=languages, delta=delta, epsilon=epsilon, force=force, replace=replace)
+    res = _reg().promote(draft, languages=languages, delta=delta, epsilon=epsilon, force=force, replace=replace,
+                         gain_on=gain_on or None)
     if as_json:
         return _dump(res)
     _table(f"promotion gate for {res.draft}", ["language", "benchmark", "method", "k", "baseline", "before",

@@ -10,6 +10,7 @@ it before, usually the default draft); when there is neither, the language has n
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from sqlalchemy import select
@@ -64,9 +65,12 @@ def _compare(cand_evals: dict[EvalKey, float], baselines: list[Draft], language:
 
 
 def evaluate_gate(
-    session: Session, cand: Draft, targets: list[str], delta: float, epsilon: float
+    session: Session, cand: Draft, targets: list[str], delta: float, epsilon: float,
+    gain_on: Collection[str] | None = None,
 ) -> tuple[list[dict[str, Any]], list[str], list[Draft]]:
-    """(comparisons, failures, incumbents) for promoting ``cand`` on ``targets``."""
+    """(comparisons, failures, incumbents) for promoting ``cand`` on ``targets``. ``gain_on``: the benchmarks
+    on which a target language must gain ``delta`` (None: all); on its other benchmarks it must not lose more
+    than ``epsilon``, as the other languages."""
     cand_evals = latest_evals(cand)
     incumbents = _incumbents(session, cand, targets)
     comparisons: list[dict[str, Any]] = []
@@ -90,15 +94,22 @@ def evaluate_gate(
             failures.append(f"{lang}: no evaluation comparable with {names} (same benchmark, method, k, domain and subset)")
             continue
         used.update({b.id: b for b in baselines})
+        if gain_on is not None and not any(row["benchmark"] in gain_on for row in rows):
+            failures.append(f"{lang}: no evaluation on {', '.join(sorted(gain_on))} comparable with a baseline, "
+                            "where the gain is required")
         for row in rows:
-            row["passed"] = row["change"] >= delta - 1e-9
+            must_gain = gain_on is None or row["benchmark"] in gain_on
+            row["required"] = "gain" if must_gain else "no loss"
+            row["passed"] = row["change"] >= (delta if must_gain else -epsilon) - 1e-9
             comparisons.append(row)
             if not row["passed"]:
-                failures.append(
-                    f"{lang}: mean acceptance length {row['before']:.3f} -> {row['after']:.3f} on {row['benchmark']}"
-                    f"/{row['method']}/k={row['k']}/{row['subset']} (vs {row['baseline']}), gain {row['change']:+.3f} < {delta}")
+                where = (f"{row['before']:.3f} -> {row['after']:.3f} on {row['benchmark']}/{row['method']}/k={row['k']}"
+                         f"/{row['subset']} (vs {row['baseline']})")
+                failures.append(f"{lang}: mean acceptance length {where}, gain {row['change']:+.3f} < {delta}"
+                                if must_gain else f"{lang}: mean acceptance length fell {where}, more than {epsilon}")
     for lang in sorted({k[0] for k in cand_evals} - set(targets)):
         for row in _compare(cand_evals, list(used.values()), lang):
+            row["required"] = "no loss"
             row["passed"] = row["change"] >= -epsilon - 1e-9
             comparisons.append(row)
             if not row["passed"]:
@@ -111,25 +122,31 @@ def evaluate_gate(
 def promote(
     session: Session, cand: Draft, *, languages: list[str] | str | None = None, delta: float = DEFAULT_DELTA,
     epsilon: float = DEFAULT_EPSILON, force: bool = False, replace: bool = False,
+    gain_on: Collection[str] | None = None,
 ) -> PromotionResult:
     """Make ``cand`` active if it passes the gate (or ``force``). ``replace`` retires the active drafts it
     supersedes (same verifier and domain, all their languages among the targets) and moves their
-    locally launched deployments to it."""
+    locally launched deployments to it. ``gain_on`` limits the required gain to those benchmarks (see
+    ``evaluate_gate``)."""
     if cand.status == "active":
         raise RegistryError(f"{_ref(cand)} is already active")
     if delta < 0 or epsilon < 0:
         raise RegistryError("delta and epsilon must not be negative")
+    if gain_on is not None:
+        gain_on = sorted({str(b).strip() for b in gain_on})
+        if not gain_on or "" in gain_on:
+            raise RegistryError("gain_on names no benchmark (or an empty one); leave it out to require the gain on all")
     targets = normalize_languages(languages) if languages else list(cand.languages or [])
     if not targets:
         raise RegistryError(f"{_ref(cand)} has no target language")
-    comparisons, failures, incumbents = evaluate_gate(session, cand, targets, delta, epsilon)
+    comparisons, failures, incumbents = evaluate_gate(session, cand, targets, delta, epsilon, gain_on)
     if failures and not force:
         raise PromotionRefused(f"promotion of {_ref(cand)} refused: " + "; ".join(failures), failures)
     retired, moved = _replace(session, cand, incumbents, targets) if replace else ([], [])
     cand.status = "active"
     kind = "promote-forced" if failures else "promote"
     session.add(Event(kind=kind, subject=_ref(cand), details={
-        "languages": targets, "delta": delta, "epsilon": epsilon, "comparisons": comparisons,
+        "languages": targets, "delta": delta, "epsilon": epsilon, "gain_on": gain_on, "comparisons": comparisons,
         "failures": failures, "retired": retired, "repointed_deployments": moved}))
     session.flush()
     return PromotionResult(draft=_ref(cand), languages=targets, passed=not failures, forced=bool(failures),

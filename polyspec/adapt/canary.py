@@ -24,6 +24,7 @@ import httpx
 from polyspec.adapt.engines import (
     ENGINE_KEY, alive, candidate_spec, drain, engine_record, owned_pid, refresh_routers, start_engine, stop_pid,
 )
+from polyspec.adapt.gate import gain_benchmarks
 from polyspec.adapt.settings import AdaptSettings
 from polyspec.adapt.stats import Arm, Verdict, verdict
 from polyspec.engines import calibrate_deployments
@@ -259,7 +260,8 @@ def swap(ctx: Ctx, candidate: Any, outcome: CanaryOutcome) -> dict[str, Any]:
     """Promote the canary: the candidate becomes active and takes all of its language's traffic; the old
     deployments of exactly that language are undeployed, drained and stopped, their drafts retired."""
     reg, s = ctx.reg, ctx.s
-    reg.promote(candidate.ref, languages=[ctx.language], delta=s.gate_delta, epsilon=s.gate_margin)
+    reg.promote(candidate.ref, languages=[ctx.language], delta=s.gate_delta, epsilon=s.gate_margin,
+                gain_on=gain_benchmarks(candidate, ctx.language))
     reg.update_launch(outcome.deployment, remove=[CANARY_KEY], who=ctx.who)
     replaced = [d for d in reg.active_deployments() if d.name != outcome.deployment and d.draft
                 and set(d.languages) <= {ctx.language} and d.domain == ctx.domain]

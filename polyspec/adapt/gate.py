@@ -1,13 +1,14 @@
-"""The adaptation gate: the candidate must beat the draft serving its language, on the held-out live set and on
-the language's MT-Bench file, over all answers and over non-degenerate answers, by ``gate_delta``; and it
-must not lose more than ``gate_margin`` on English or any other served language (MT-Bench), against the
-same draft (or the candidate's parent, when the language was served without speculation).
+"""The adaptation gate: the candidate must beat the draft serving its language on the held-out live set (the
+traffic it is trained for), over all answers and over non-degenerate answers, by ``gate_delta``; and it must not
+lose more than ``gate_margin`` on any MT-Bench file: its own language's, English's and every other served
+language's. Its language is compared with the draft serving it, the others with the same draft (or the
+candidate's parent, when the language was served without speculation).
 
 Measured with `polyspec eval`'s offline path (training.eval_api): teacher-forced on the verifier's own greedy
 answers, every draft on the same answers, so differences are paired. Where the language was served without
 speculation, the baseline is 1.0 token per step (the verifier alone). Every figure is stored as a registry
-evaluation (so `polyspec registry promote` re-checks the same keys at the swap) and in the ``adapt-gate``
-event; a failed gate changes nothing else.
+evaluation (so `polyspec registry promote --gain-on live-...` re-checks the same keys at the swap) and in the
+``adapt-gate`` event; a failed gate changes nothing else.
 """
 
 from __future__ import annotations
@@ -40,20 +41,34 @@ class Bench:
     spec: str  # file path or mtbench:LANG
     name: str  # as recorded in the registry
     language: str
-    target: bool  # the candidate's language: must gain; else must not lose
+    target: bool  # the candidate's language: compared with the draft serving it
+    gain: bool = False  # must gain gate_delta (the live set); else must not lose more than gate_margin
     limit: int | None = None  # questions; None: the whole file
+
+
+def live_benchmark(language: str, heldout_sha: str) -> str:
+    """The registry name of a language's held-out live set: the benchmark the candidate must gain on."""
+    return f"live-{language}-{heldout_sha[:8]}"
+
+
+def gain_benchmarks(candidate: Any, language: str) -> list[str] | None:
+    """What the promotion at the swap requires a gain on: the live set the gate measured, from the candidate's
+    provenance; None (a gain on every benchmark of the language) for a draft that adapt did not train."""
+    dataset = (candidate.provenance or {}).get("adapt", {}).get("dataset") or {}
+    sha = dataset.get("heldout_sha256")
+    return [live_benchmark(language, sha)] if isinstance(sha, str) and sha else None
 
 
 def benches(language: str, heldout: Path, heldout_sha: str, served: list[str], s: AdaptSettings) -> list[Bench]:
     bundled = set(mtbench_languages())
     # The whole held-out live set (at most max_heldout prompts): besides gating, it becomes the candidate's offline
     # figure with the most prompts, which the speed policy reads (registry.deployments) until live traffic takes over.
-    out = [Bench(str(heldout), f"live-{language}-{heldout_sha[:8]}", language, True)]
+    out = [Bench(str(heldout), live_benchmark(language, heldout_sha), language, True, gain=True)]
     n = s.gate_questions
     if language in bundled:
-        out.append(Bench(f"mtbench:{language}", f"mtbench-{n}", language, True, n))
+        out.append(Bench(f"mtbench:{language}", f"mtbench-{n}", language, True, limit=n))
     for other in sorted(({"en", *served} & bundled) - {language}):
-        out.append(Bench(f"mtbench:{other}", f"mtbench-{n}", other, False, n))
+        out.append(Bench(f"mtbench:{other}", f"mtbench-{n}", other, False, limit=n))
     return out
 
 
@@ -74,13 +89,14 @@ def compare(rows: list[Any], bench: Bench, baseline: str | None, delta: float, m
         after = cand.mean_acceptance_length if cand else None
         before = base.mean_acceptance_length if base else (1.0 if baseline is None else None)
         row = {"benchmark": bench.name, "language": bench.language, "subset": subset, "target": bench.target,
+               "required": "gain" if bench.gain else "no loss",
                "baseline": baseline or "no speculation", "before": _r(before), "after": _r(after),
                "answers": cand.num_prompts if cand else 0, "degenerate_share": _r(cand.degenerate_share) if cand else None}
         if after is None or before is None:
             row.update(passed=True, change=None, note="no answers in this subset: not compared")
         else:
             row["change"] = round(after - before, 4)
-            row["passed"] = row["change"] >= (delta if bench.target else -margin) - 1e-9
+            row["passed"] = row["change"] >= (delta if bench.gain else -margin) - 1e-9
         out.append(row)
     return out
 
@@ -90,7 +106,7 @@ def _r(value: float | None) -> float | None:
 
 
 def failure_text(row: dict[str, Any], delta: float, margin: float) -> str:
-    need = f"a gain of {delta}" if row["target"] else f"a loss of at most {margin}"
+    need = f"a gain of {delta}" if row["required"] == "gain" else f"a loss of at most {margin}"
     return (f"{row['language']} {row['benchmark']} ({row['subset']}): {row['before']} -> {row['after']} against "
             f"{row['baseline']}, change {row['change']:+.4f}; needs {need}")
 

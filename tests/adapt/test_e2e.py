@@ -51,11 +51,10 @@ def _adapt_env() -> dict[str, str]:
 
     Such a short fine-tune on Italian costs the draft some English even with English replay, so the margin is
     wider here than the default (0.02, for production-sized trainings): with the English base shipped on
-    2026-12-03 the loss on the gate's English questions was 0.13-0.23 while Italian gained 0.16-0.22 live and
-    0.045 on MT-Bench; a stronger base has more English to lose. Its Italian gain on MT-Bench is small on that
-    base, under the default 0.02 required gain, so the gate here asks for no loss on Italian (delta 0). The
-    gate's refusals are tested in test_gate.py and test_cycle_failures.py; this test is about the loop that
-    follows a pass.
+    2026-12-03 the loss on the gate's English questions was 0.12-0.23. The gain the gate requires (the default
+    0.02) is on the held-out live set, where the candidate gained 0.13-0.22; on Italian MT-Bench it moved
+    -0.011 to +0.045 (it must not lose more than the margin there). The gate's refusals are tested in
+    test_gate.py and test_cycle_failures.py; this test is about the loop that follows a pass.
 
     The canary's level is 0.001 here, not the default 0.05: at 0.05 on two one-sided tests (acceptance and
     tokens/s) a candidate no worse than the incumbent is rolled back at close to that rate by design (below 9 %
@@ -68,7 +67,7 @@ def _adapt_env() -> dict[str, str]:
         "MIN_REQUESTS": "8", "MIN_TRAIN_PROMPTS": str(MIN_TRAIN), "MIN_HELDOUT": "6", "MAX_HELDOUT": "6",
         "HELDOUT_FRACTION": "0.15", "REPLAY_RATIO": "2.0", "ANSWERS": "engine", "ANSWER_TOKENS": "40",
         "DEVICE": "cpu", "EPOCHS": str(EPOCHS), "LR": "0.001", "WARMUP_STEPS": "2", "TOTAL_SEQ_LEN": "1024",
-        "GATE_QUESTIONS": "4", "GATE_TOKENS": "32", "GATE_DELTA": "0.0", "GATE_MARGIN": "0.35",
+        "GATE_QUESTIONS": "4", "GATE_TOKENS": "32", "GATE_MARGIN": "0.35",
         "CANARY_ALPHA": "0.001", "CANARY_SHARE": "0.5", "CANARY_MIN_REQUESTS": "6", "CANARY_POLL_S": "3",
         "CANARY_TIMEOUT_S": "420", "CALIBRATE": "0", "ENGINE_THREADS": "1", "LOCK_TTL_S": "30",
         "COOLDOWN_S": "0", "DRAIN_TIMEOUT_S": "60", "MIN_FREE_GIB": "0.5", "ENGINE_READY_TIMEOUT_S": "900",
@@ -195,13 +194,18 @@ def test_the_resumed_training_is_gated_canaried_and_swapped_in_under_traffic(fle
     second = _adapt(fleet, "once", "--json")
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     result = json.loads(second.stdout)
-    assert result["status"] == "swapped", (json.dumps(result["details"], indent=1)[:4000], _fleet_state(fleet),
-                                           traffic.failures[:3])
+    assert result["status"] == "swapped", (result["details"].get("failures"), json.dumps(result["details"])[:3000],
+                                           _fleet_state(fleet), traffic.failures[:3])
     swap = reg.last_adaptation("it", "swap")
     candidate = reg.get_draft(swap.details["candidate"])
     assert candidate.status == "active" and candidate.languages == ["it"]
     fit = candidate.provenance["stages"]["fit"]
     assert fit["resumed_from_epoch"] == EPOCHS - 2 and fit["steps"] == fit["planned_steps"]  # one epoch left
+    # The promotion re-checked the gate's figures, with the gain required on the live set the gate measured.
+    promote = next(e for e in reg.events(500) if e.kind == "promote" and e.subject == candidate.ref)
+    live = f"live-it-{candidate.provenance['adapt']['dataset']['heldout_sha256'][:8]}"
+    assert promote.details["gain_on"] == [live], promote.details
+    assert {(c.get("benchmark"), c.get("required")) for c in promote.details["comparisons"]} >= {(live, "gain")}
     fleet["at_swap"] = dict(traffic.backends)
 
 

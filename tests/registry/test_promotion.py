@@ -134,3 +134,45 @@ def test_cli_promote(cli, reg, scene) -> None:
     ok = cli("promote", scene.ref, "--delta", "0.5")
     assert ok.exit_code == 0, ok.stderr
     assert "is now active (passed)" in ok.stdout
+
+
+def test_gain_on_requires_the_gain_on_those_benchmarks_and_no_loss_on_the_others(reg, scene) -> None:
+    """As adapt promotes: a gain on the live set it trained for; its language's MT-Bench only must not fall."""
+    _eval(reg, "en-base@1", "fr", 0.30, benchmark="live-fr-1234abcd")  # MAL 1.525
+    _eval(reg, scene.ref, "fr", 0.36, benchmark="live-fr-1234abcd")  # 1.525 -> 1.63: a gain
+    _eval(reg, scene.ref, "fr", 0.195)  # mtbench 1.35 -> 1.341: no gain, within epsilon
+    _eval(reg, scene.ref, "en", 0.40)  # English unchanged
+    with pytest.raises(PromotionRefused, match=r"fr: mean acceptance length 1\.350 -> 1\.341 on mtbench"):
+        reg.promote(scene.ref)  # without gain_on the gain is required everywhere
+    res = reg.promote(scene.ref, gain_on=["live-fr-1234abcd"])
+    assert res.passed and reg.get_draft(scene.ref).status == "active"
+    required = {(c["language"], c["benchmark"], c["required"]) for c in res.comparisons}
+    assert required == {("fr", "live-fr-1234abcd", "gain"), ("fr", "mtbench", "no loss"), ("en", "mtbench", "no loss")}
+    assert reg.events()[0].details["gain_on"] == ["live-fr-1234abcd"]
+
+
+def test_gain_on_refuses_a_loss_beyond_epsilon_and_a_missing_benchmark(reg, scene) -> None:
+    _eval(reg, scene.ref, "fr", 0.15)  # mtbench 1.35 -> 1.2625: a loss beyond epsilon
+    _eval(reg, "en-base@1", "fr", 0.30, benchmark="live-fr-1234abcd")
+    _eval(reg, scene.ref, "fr", 0.36, benchmark="live-fr-1234abcd")
+    with pytest.raises(PromotionRefused, match=r"fr: mean acceptance length fell 1\.350 -> 1\.262 on mtbench"):
+        reg.promote(scene.ref, gain_on=["live-fr-1234abcd"])
+    # The gain must be measured somewhere: a benchmark no evaluation names refuses (no gain was shown).
+    with pytest.raises(PromotionRefused, match="no evaluation on live-fr-ffffffff comparable"):
+        reg.promote(scene.ref, gain_on=["live-fr-ffffffff"], epsilon=0.1)
+    for bad in ([], [""], ["  "]):
+        with pytest.raises(RegistryError, match="gain_on names no benchmark"):
+            reg.promote(scene.ref, gain_on=bad)
+    assert reg.get_draft(scene.ref).status == "candidate"
+
+
+def test_cli_promote_gain_on(cli, reg, scene) -> None:
+    _eval(reg, "en-base@1", "fr", 0.30, benchmark="live-fr-1234abcd")
+    _eval(reg, scene.ref, "fr", 0.36, benchmark="live-fr-1234abcd")
+    _eval(reg, scene.ref, "fr", 0.195)
+    refused = cli("promote", scene.ref)
+    assert refused.exit_code == 1 and "1.350 -> 1.341 on mtbench" in refused.stderr
+    empty = cli("promote", scene.ref, "--gain-on", "")
+    assert empty.exit_code == 1 and "gain_on names no benchmark" in empty.stderr
+    ok = cli("promote", scene.ref, "--gain-on", "live-fr-1234abcd")
+    assert ok.exit_code == 0 and "is now active (passed)" in ok.stdout, ok.stderr

@@ -317,10 +317,10 @@ def main(
     prompts = load_prompts(langs, turns)
     plen = chat_tokens(verifier.path, prompts)
     mean_plen = round(sum(plen.values()) / len(plen))
-    # Batch 1 only: the bench sends one request at a time. Four requests per engine (engines of one shape pooled)
-    # and four prefill and context pairs, on a machine nobody else uses meanwhile, then all of it again: the
+    # Batch 1 only: the bench sends one request at a time. Six requests per engine (engines of one shape pooled)
+    # and six prefill and context pairs, on a machine nobody else uses meanwhile, then all of it again: the
     # model reads the mean of the two, and the JSON keeps both (``calibration_repeat``) to check one against the other.
-    calibrate = {"batches": [1], "waves": 4, "max_tokens": 64}
+    calibrate = {"batches": [1], "waves": 6, "max_tokens": 64}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     try:
         with tempfile.TemporaryDirectory(prefix="polyspec-fleet-") as tmp, ExitStack() as stack:

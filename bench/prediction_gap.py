@@ -111,7 +111,9 @@ def fleet_gap(run: dict, rows: list[dict]) -> dict[str, dict]:
                          "ms_per_prompt_token_calibrated": round(point["details"]["prefill_s_per_token"] * 1e3, 2)
                          if "prefill_s_per_token" in point.get("details", {}) else None,
                          "ms_per_context_token_calibrated": round(point["details"]["step_s_per_context_token"] * 1e3, 4)
-                         if "step_s_per_context_token" in point.get("details", {}) else None}
+                         if "step_s_per_context_token" in point.get("details", {}) else None,
+                         "repeat_over_first_step": round(point["details"]["repeat_step_ratio"], 3)
+                         if "repeat_step_ratio" in point.get("details", {}) else None}
     languages = {}
     for lang in run["settings"]["languages"]:
         mine = [r for r in rows if r["ok"] and r["language"] == lang and r["system"] == "planned_fleet"

@@ -212,7 +212,10 @@ def test_a_hung_engine_is_not_blamed_on_the_default_engine(registry, registry_ur
             with ThreadPoolExecutor(2) as pool:
                 french = [pool.submit(chat, router.url, FR_TEXT, timeout=30) for _ in range(2)]
                 assert wait_for(lambda: backends.in_flight(fr.url) == 2, 10)
-                time.sleep(1.5)  # several probe rounds; the default engine's idle connection has expired
+                # Several probe rounds of both engines while the French one holds every connection (0.3 s apart:
+                # the default engine's idle connection, kept 0.2 s, has expired meanwhile).
+                probed = (en.health_probes, fr.health_probes)
+                assert wait_for(lambda: en.health_probes >= probed[0] + 4 and fr.health_probes >= probed[1] + 4, 30)
                 state = backends.replicas[en.url]
                 assert state.healthy and "health" not in (state.last_error or ""), state
                 # Nor is the hung engine's /health, which answers, failed for want of a connection: probes

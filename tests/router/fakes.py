@@ -64,6 +64,7 @@ class BrokenEngine:
         self.model_id = model_id
         self.port = free_port()
         self.completion_requests = 0
+        self.health_probes = 0  # GET /health answered
         self.last_body: dict | None = None  # the completion request as the router forwarded it
         self.last_headers: dict[str, str] = {}
         self.connections_closed_by_peer = 0
@@ -126,6 +127,7 @@ class BrokenEngine:
             while True:
                 method, path = await self._read_request(reader)
                 if method == "GET" and path == "/health":
+                    self.health_probes += 1
                     writer.write(_response("200 OK", b""))
                 elif method == "GET" and path == "/v1/models":
                     body = {"object": "list", "data": [{"id": self.model_id, "object": "model"}]}

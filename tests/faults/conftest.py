@@ -1,4 +1,4 @@
-"""The hardening family (issue 13): each test reproduces one way the router was broken by hostile input,
+"""The hardening family: each test reproduces one way the router was broken by hostile input,
 lost state, a full or hung disk, or a restart, and shows what it does now. Fixtures are the router's, and
 `fake_replica`: a fake engine as the default pool."""
 

@@ -1,4 +1,4 @@
-"""The admin behind a reverse proxy on the router's host (issue 35, item 2), through a real nginx.
+"""The admin behind a reverse proxy on the router's host, through a real nginx.
 
 A proxy on the same host makes every client's socket look like 127.0.0.1. A forwarded address is never
 trusted as loopback, behind a declared proxy (trusted_proxies) the admin always needs the token, and a

@@ -1,4 +1,4 @@
-"""Issue 13, item 5 (and the admin's share of items 2 and 4): the /admin surface against hostile clients,
+"""The /admin surface against hostile clients,
 proxies, rebinding pages, cross-site posts, odd paths, and a registry that is gone or hung.
 
 Every request goes through HTTP to the router's real app (create_app over a real SQLite registry): over a

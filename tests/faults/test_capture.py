@@ -1,4 +1,4 @@
-"""Prompt capture under a full, failing or hung disk (issue 13, item 4).
+"""Prompt capture under a full, failing or hung disk.
 
 Capture is best effort and off the request path: a request that was captured (the router captures in
 ``prepare``, before the upstream call, so the error500 engine's 502 answers were captured too) answers the

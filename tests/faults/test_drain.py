@@ -1,4 +1,4 @@
-"""Issue 13, item 6 (second half): SIGTERM drains. A real `polyspec serve` process in front of a slow
+"""SIGTERM drains. A real `polyspec serve` process in front of a slow
 (fake) engine stream: /ready is never 200 again once the signal is in, new connections are refused,
 a stream that ends within the grace period completes normally, one still open at the deadline gets an
 SSE error event and a clean end of body (never a silent cut), live stats are flushed, and the process

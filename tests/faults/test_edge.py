@@ -1,4 +1,4 @@
-"""Issue 13, item 7: slow bodies, HEAD/OPTIONS and CORS, per-engine read timeouts, and engine faults blamed on
+"""Slow bodies, HEAD/OPTIONS and CORS, per-engine read timeouts, and engine faults blamed on
 the engine that failed.
 
 Every test talks HTTP (or a raw socket) to a router served by uvicorn. The engines are the failing fakes of

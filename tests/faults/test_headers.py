@@ -1,4 +1,4 @@
-"""Issue 13, item 7 (header size): request heads beyond ``max_header_bytes`` get 431 and cost bounded
+"""Header size: request heads beyond ``max_header_bytes`` get 431 and cost bounded
 memory; the router stays up. The server is the one `polyspec serve` runs (router.edge.server.build_server),
 on a real socket: uvicorn with httptools took a 16 MB header whole before.
 """

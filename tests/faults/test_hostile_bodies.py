@@ -1,4 +1,4 @@
-"""Issue 13, item 1: hostile bodies cost a bounded, linear amount and never freeze the router.
+"""Hostile bodies cost a bounded, linear amount and never freeze the router.
 
 A 40 KB body of newlines around code cues and an e-mail-shaped run once froze the whole router,
 /health included, for seconds (quadratic regexes in domain and language detection). Classification now

@@ -1,4 +1,4 @@
-"""Issue 13, item 2: the registry lost, emptied or hung under a running router (and missing at its start).
+"""The registry lost, emptied or hung under a running router (and missing at its start).
 
 The router never creates a registry. When it loses it, or the registry suddenly lists no deployment, it
 keeps routing with its last good table, says so on /ready (503, with the reason and what to do), in the

@@ -1,4 +1,4 @@
-"""DNS rebinding beyond /admin (issue 35, item 3).
+"""DNS rebinding beyond /admin.
 
 A web page whose name was re-pointed at 127.0.0.1 reaches a loopback router from the browser on its host,
 with its own name in Host. /v1/*, /metrics and the probes answered it with 200, so such a page could drive

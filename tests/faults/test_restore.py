@@ -1,4 +1,4 @@
-"""A registry restored while readers run (issue 35, item 1).
+"""A registry restored while readers run.
 
 A restore that creates its target and then writes it (`cp`, `shutil.copy`) leaves an empty file for a
 moment. A reader that opened it then used to switch it to WAL, which writes an empty database's first

@@ -1,4 +1,4 @@
-"""Issue 13, item 6 (first half): streams that end badly reach the client as an SSE error event and are
+"""Streams that end badly reach the client as an SSE error event and are
 counted as errors, never as "ok".
 
 The engines are the fake of tests/router/fakes.py: "nodone" ends its chunked body cleanly without

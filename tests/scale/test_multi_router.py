@@ -1,4 +1,4 @@
-"""Issue 17, item 2: several routers, one registry. Three `polyspec serve` processes share a real Postgres
+"""Several routers, one registry. Three `polyspec serve` processes share a real Postgres
 (tests/postgres.py) and the two real vLLM engines of the session (tests/conftest.py); client threads spread
 requests over the routers and retry on connection errors, as a load balancer does. One router is killed
 (SIGKILL: no drain, no last flush) mid-run.

@@ -1,4 +1,4 @@
-"""Issue 16's training data: decodings (greedy vs sampled), degenerate answers dropped, weighted prompt pools."""
+"""The quality recipe's training data: decodings (greedy vs sampled), degenerate answers dropped, weighted prompt pools."""
 
 from __future__ import annotations
 

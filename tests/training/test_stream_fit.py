@@ -91,7 +91,7 @@ def test_a_job_without_data_is_refused(tiny) -> None:
 
 
 def test_the_schedule_is_set_again_when_steps_turn_out_faster_than_calibrated(tiny, monkeypatch) -> None:
-    """Session 8 on the H200: slow first steps planned a 327 s budget as 170 s of training. The second plan
+    """On an H200, slow first steps planned a 327 s budget as 170 s of training. The second plan
     uses the steps after calibration."""
     import types
 

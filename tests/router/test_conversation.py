@@ -1,4 +1,4 @@
-"""Language ID sees the conversation: earlier user turns count when the last one is short (issue 14, item 4).
+"""Language ID sees the conversation: earlier user turns count when the last one is short.
 
 Through a served router (its X-Polyspec-Language response header names the language it routed under; the
 engines are fakes that start a 200 stream and cut it), and on the body reader for the hostile shapes.

@@ -1,4 +1,4 @@
-"""What the hot path does instead of per-request work it used to pay (issue 14, "a lighter router"):
+"""What the hot path does instead of per-request work it used to pay:
 held Prometheus updates, the connection hook of the router's own protocol, and the plain-ASGI fallbacks."""
 
 from __future__ import annotations

@@ -54,6 +54,16 @@ class Engine:
         finally:
             writer.close()
 
+    @classmethod
+    def echoing(cls) -> Engine:
+        """An engine that answers every request on a connection with its own body, keeping the connection."""
+        engine = cls(lambda reader, writer: engine._echo(reader, writer))
+        return engine
+
+    async def _echo(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            writer.write(ok(await self.read_request(reader)))
+
     async def read_request(self, reader: asyncio.StreamReader) -> bytes:
         head = await reader.readuntil(b"\r\n\r\n")
         self.heads.append(head)
@@ -76,12 +86,7 @@ def run(coro: Awaitable[None]) -> None:
 
 def test_answers_reuse_one_kept_alive_connection_and_echo_the_body() -> None:
     async def main() -> None:
-        async def echo(reader, writer):
-            while True:
-                body = await engine.read_request(reader)
-                writer.write(ok(body))
-
-        async with Engine(echo) as engine:
+        async with Engine.echoing() as engine:
             c = client()
             for i in range(5):
                 answer = await c.request("POST", engine.url + "/v1/chat/completions", b'{"n": %d}' % i,
@@ -386,11 +391,7 @@ def test_idle_connections_close_after_the_keepalive() -> None:
 
 def test_header_values_cannot_split_the_request() -> None:
     async def main() -> None:
-        async def echo(reader, writer):
-            await engine.read_request(reader)
-            writer.write(ok(b"{}"))
-
-        async with Engine(echo) as engine:
+        async with Engine.echoing() as engine:
             c = client()
             headers = {"X-Evil": "a\r\nX-Injected: 1", "Host": "elsewhere", "Transfer-Encoding": "chunked",
                        "Expect": "100-continue", "X-Fine": "yes"}

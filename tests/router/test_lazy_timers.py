@@ -7,16 +7,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tests.router.test_engine_http import Engine, client, ok, run
+from tests.router.test_engine_http import Engine, client, run
 
 
 def test_a_kept_alive_connection_arms_no_timer_per_request() -> None:
     async def main() -> None:
-        async def echo(reader, writer):
-            while True:
-                body = await engine.read_request(reader)
-                writer.write(ok(body))
-
         loop = asyncio.get_running_loop()
         armed: list[Any] = []
         call_at = loop.call_at
@@ -25,7 +20,7 @@ def test_a_kept_alive_connection_arms_no_timer_per_request() -> None:
             armed.append(callback)
             return call_at(when, callback, *args, **kwargs)
 
-        async with Engine(echo) as engine:
+        async with Engine.echoing() as engine:
             c = client(keepalive_s=60)
             answer = await c.request("POST", engine.url + "/v1/completions", b"{}", {}, 30, 5)  # connects
             await answer.read()

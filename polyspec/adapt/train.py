@@ -21,6 +21,7 @@ from polyspec.adapt.settings import AdaptSettings
 from polyspec.core.errors import PolyspecError, Unavailable
 from polyspec.core.settings import get_settings
 from polyspec.registry import NotFound
+from polyspec.registry.profiles import PLAN_EXTEND
 from polyspec.training.config import RunConfig
 from polyspec.training.plan import active_draft
 from polyspec.training.registration import durable_copy
@@ -84,6 +85,10 @@ def plan_training(reg: Any, language: str, domain: str, train_file: Path | None,
     mode = "from-scratch-custom-vocab" if scratch else ("finetune" if parent is not None else "from-scratch")
     reason = profile.reason if profile is not None else ("no language profile yet: measured from the captured prompts "
                                                         "when the training starts")
+    if profile is not None and profile.plan == PLAN_EXTEND:
+        reason += (f"; adapt trains a {language} specialist with its own vocabulary from the captured traffic "
+                   "instead, as extending the multilingual draft needs prompts of all its languages (polyspec "
+                   f"train --plan {language} --prompts FILE...)")
     if parent is None and not scratch:
         reason += "; no active draft to fine-tune: from scratch with the English vocabulary"
     return TrainingPlan(mode, parent.ref if parent else None, parent.location if parent else None,

@@ -118,6 +118,12 @@ class RouterConfig(BaseSettings):
     fail_threshold: int = Field(default=2, ge=1, description="Consecutive failures that mark a replica down.")
     recover_threshold: int = Field(default=2, ge=1, description="Consecutive successes that mark it up again.")
 
+    # Memory.
+    huge_pages: bool = Field(
+        default=True, description="Once the language models are loaded, back the router's large anonymous memory "
+                                  "with transparent huge pages (Linux; core.hugepages): fewer TLB misses per request.",
+    )
+
     # Registry sync.
     refresh_interval_s: float = Field(default=30.0, gt=0, description="Routing table refresh period.")
     flush_interval_s: float = Field(default=30.0, gt=0, description="Live stats persistence period.")

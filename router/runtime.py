@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio
 
+from polyspec.core import hugepages
 from polyspec.core.langid import LabelSet, warm_up
 from polyspec.registry.errors import RegistryMissing
 from polyspec.router.engine.backends import Backends
@@ -190,6 +191,9 @@ class RouterRuntime:
     async def start(self) -> None:
         await anyio.to_thread.run_sync(warm_up)  # loads fastText now, not on the first request
         await self.refresh(wait_s=START_REFRESH_WAIT_S)
+        if self.config.huge_pages:  # the models are in memory now (the refresh loaded lingua's for the table)
+            pages = await anyio.to_thread.run_sync(hugepages.advise)
+            log.info("huge pages: %s", pages)
         if self.capture is not None:
             self.capture.start()  # its writer task: capture never runs on the request path
         self._tasks = [

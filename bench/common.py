@@ -22,10 +22,6 @@ from typing import Any
 
 from polyspec.core.atomic import atomic_write_json
 
-# The absolute router CPU budget (ms per request) bench/router_budget.py splits against; the router's targets are
-# relative to vllm-router and the Python floor in the same run (bench/router_overhead.router_targets).
-ROUTER_CPU_TARGET_MS = 0.4
-
 # Fewer prompts than this get no bootstrap interval: resampling one or two prompts gives an interval of (nearly)
 # zero width, which reads as certainty (a --quick run has one prompt per language).
 MIN_INTERVAL_PROMPTS = 3

@@ -1,7 +1,8 @@
 """Server floor: would another HTTP server lower what every request through the router costs?
 
-bench/router_budget.py finds that uvicorn (httptools, uvloop) alone takes about half of the 0.4 ms
-router CPU target per request. This bench asks whether another well-kept Python HTTP server would take less. It
+bench/router_budget.py finds that uvicorn (httptools, uvloop) alone takes most of what the Python floor costs per
+request, as much as vllm-router's whole CPU per request or more. This bench asks whether another well-kept
+Python HTTP server would take less. It
 runs the floor of bench/python_floor.py (the router's upstream client forwarding to the fake backend, with
 nothing on top) under each server, on the same core, over the same fake backend:
 

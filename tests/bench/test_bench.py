@@ -370,20 +370,25 @@ def test_router_budget_drives_a_coroutine_that_never_suspends() -> None:
         drive(suspends())
 
 
-def test_router_budget_conclusion_adds_the_floor_to_the_stages() -> None:
+def test_router_budget_conclusion_sets_the_stages_against_the_router_cpu_targets() -> None:
     from bench.router_budget import OWN_WORK, conclude
 
     stages = {name: {"median_us": 50.0} for name in (*OWN_WORK, "langid", "route", "fasttext_read")}
     apps = {"own_work_ms": 0.3, "median_ms": {"polyspec": 0.36, "floor": 0.06}}
     overhead = {"source": "x",
-                "1": {"python_floor": {"non_stream": 0.25, "stream": 0.3}, "polyspec": {"non_stream": 0.6, "stream": 0.7}},
-                "16": {"python_floor": {"non_stream": 0.30, "stream": 0.4}, "polyspec": {"non_stream": 0.65, "stream": 0.8}}}
+                "1": {"python_floor": {"non_stream": 0.25, "stream": 0.3}, "polyspec": {"non_stream": 0.6, "stream": 0.7},
+                      "vllm_router": {"non_stream": 0.2, "stream": 0.4}},
+                "16": {"python_floor": {"non_stream": 0.30, "stream": 0.4}, "polyspec": {"non_stream": 0.65, "stream": 0.8},
+                       "vllm_router": {"non_stream": 0.25, "stream": 0.5}}}
     c = conclude(stages, apps, overhead)
     assert c["stages_sum_ms"] == 0.2 and c["langid_ms"] == 0.05 and c["app_own_work_ms"] == 0.3
+    assert c["own_work_target_ms"] == 0.2 and c["cpu_ratio_target"] == 2.0
+    assert c["left_for_the_rest_ms"] == 0.15  # the 0.2 ms above the floor, less language ID's tight-loop time
     assert c["floor_non_stream_ms"] == [0.25, 0.30] and c["measured_polyspec_ms"] == [0.6, 0.65]
-    assert c["floor_plus_stages_ms"] == [0.45, 0.5] and c["floor_plus_langid_ms"] == [0.3, 0.35]
-    assert c["left_for_the_rest_ms"] == [0.05, 0.1]
-    assert c["floor_plus_app_own_ms"] == [0.55, 0.6] and c["server_share_ms"] == [0.19, 0.24]
+    assert c["measured_own_work_ms"] == [0.35, 0.35] and c["vllm_router_ratio_ms"] == [0.4, 0.5]
+    assert c["server_share_ms"] == [0.19, 0.24]
+    del overhead["16"]["vllm_router"]  # a run without vllm-router in some cell: no ratio row
+    assert "vllm_router_ratio_ms" not in conclude(stages, apps, overhead)
     bare = conclude(stages, None, {})  # no apps, no router_overhead.json: the stages only
     assert "floor_non_stream_ms" not in bare and "app_own_work_ms" not in bare
 

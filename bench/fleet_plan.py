@@ -19,7 +19,7 @@ hits all three alike. The speed model's prediction (registry.fleet_search.Model 
 engine's measured prefill, the request's own prompt and answer lengths) is stored per request for the engine
 that answered.
 
-    flock /tmp/polyspec-heavy.lock .venv/bin/python bench/fleet_plan.py --turns 12 --end-by 15:24   # the committed run
+    flock /tmp/polyspec-heavy.lock .venv/bin/python bench/fleet_plan.py --turns 12 --end-by 18:22 --engine-gib 2.9   # the committed run
     flock /tmp/polyspec-heavy.lock .venv/bin/python bench/fleet_plan.py --quick          # 4 engines, 3 languages
 
 Writes docs/benchmarks/fleet_plan.json (+ _requests.jsonl) and fleet_plan.png; `bench/report.py

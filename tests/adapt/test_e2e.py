@@ -260,8 +260,10 @@ def _check_audit_trail(reg: Any, candidate: Any, swap: Any) -> None:
     targets = [c for c in gate.details["comparisons"] if c.get("target")]
     assert {(c["benchmark"].split("-")[0], c["subset"]) for c in targets} == {
         ("live", "all"), ("live", "non_degenerate"), ("mtbench", "all"), ("mtbench", "non_degenerate")}
-    assert all(c["after"] >= c["before"] for c in targets if c.get("change") is not None)  # the gate's delta: 0
-    assert all(c["after"] > c["before"] for c in targets if c["benchmark"].startswith("live"))  # learnt from traffic
+    # The gain on the live set (learnt from traffic), no loss beyond the margin on Italian MT-Bench.
+    assert {c["benchmark"].split("-")[0] for c in targets if c["required"] == "gain"} == {"live"}
+    assert all(c["change"] >= 0.02 for c in targets if c["required"] == "gain" and c.get("change") is not None)
+    assert all(c["change"] >= -0.35 for c in targets if c.get("change") is not None)  # GATE_MARGIN
     assert any(c["language"] == "en" for c in gate.details["comparisons"])
     canary = reg.last_adaptation("it", "canary", status="promote")
     assert canary.details["arms"]["candidate"]["requests"] >= 6

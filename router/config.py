@@ -120,8 +120,9 @@ class RouterConfig(BaseSettings):
 
     # Memory.
     huge_pages: bool = Field(
-        default=True, description="Once the language models are loaded, back the router's large anonymous memory "
-                                  "with transparent huge pages (Linux; core.hugepages): fewer TLB misses per request.",
+        default=False, description="Once the language models are loaded, back the router's large anonymous memory "
+                                   "with transparent huge pages (Linux; core.hugepages): fewer TLB misses per request, "
+                                   "at the risk of compaction stalls where the kernel defragments on fault (opt-in).",
     )
 
     # Registry sync.

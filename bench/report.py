@@ -61,25 +61,35 @@ def overhead_md(d: dict[str, Any]) -> str:
 def _floor_md(d: dict[str, Any]) -> list[str]:
     """Router CPU per request against vllm-router and the floor (bench/python_floor.py), and the router CPU
     targets judged on the run (bench/router_overhead.router_targets), when the run measured both."""
-    t = router_targets(d["concurrency"])
+    t = _judged(d)
     if "cpu_vs_vllm_router" not in t or "cpu_over_floor_ms_per_req" not in t:
         return []
+    room = "cpu_2x_room_ms" in t
     lines = ["Router CPU per request, ms (non-streamed / streamed): polyspec, vllm-router, their ratio, the Python "
-             "floor (its server and upstream client with nothing on top) and polyspec's own work (polyspec − floor):",
-             "", "| conc | polyspec | vllm_router | polyspec / vllm_router | floor | polyspec − floor |",
-             "|---:|---:|---:|---:|---:|---:|"]
+             "floor (its server and upstream client with nothing on top) and polyspec's own work (polyspec − floor)"
+             + (", and what 2x vllm-router's CPU leaves above the floor (2 × vllm_router − floor)" if room else "")
+             + ":", "", "| conc | polyspec | vllm_router | polyspec / vllm_router | floor | polyspec − floor |"
+             + (" 2x room above floor |" if room else ""), "|---:|---:|---:|---:|---:|---:|" + ("---:|" if room else "")]
     for conc, by in d["concurrency"].items():
         cells = [f"{by[n]['cpu_ms_per_req']:.2f} / {by[n]['stream']['cpu_ms_per_req']:.2f}" for n in ("polyspec", "vllm_router")]
         cells.append(" / ".join(f"{x:.2f}x" for x in t["cpu_vs_vllm_router"][conc]))
         cells.append(" / ".join(f"{x:.2f}" for x in t["cpu_floor_ms_per_req"][conc]))
         cells.append(" / ".join(f"{x:.2f}" for x in t["cpu_over_floor_ms_per_req"][conc]))
+        if room:
+            cells.append(" / ".join(f"{x:.2f}" for x in t["cpu_2x_room_ms"][conc]))
         lines.append(f"| {conc} | " + " | ".join(cells) + " |")
     return [*lines, "", *_target_md(d), ""]
 
 
+def _judged(d: dict[str, Any]) -> dict[str, Any]:
+    """router_targets on the run's cells, with the lower bound of polyspec's own work the run measured."""
+    own = d.get("own_work_in_loop") or {}
+    return router_targets(d["concurrency"], own.get("own_work_ms"))
+
+
 def _target_md(d: dict[str, Any]) -> list[str]:
     """The router CPU targets on the run, one line each: met or missed, and by what."""
-    t = router_targets(d["concurrency"])
+    t = _judged(d)
 
     def verdict(key: str) -> str:
         return "**met**" if t[key] else "**missed**"
@@ -98,6 +108,20 @@ def _target_md(d: dict[str, Any]) -> list[str]:
         lines.append(f"- added p50 at c=256 (non-streamed, over direct) no worse than vllm-router's: "
                      f"{verdict('c256_p50_no_worse_than_vllm_router')}; polyspec {added['polyspec']:+.1f} ms, "
                      f"vllm-router {added['vllm_router']:+.1f} ms.")
+    if "cpu_2x_reachable" in t:
+        out = [f"c={conc}{', streamed' if streamed else ''} ({t['cpu_2x_room_ms'][conc][streamed]:.3f} ms)"
+               for conc, pair in t["cpu_2x_reachable"].items() for streamed, ok in enumerate(pair) if not ok]
+        kept = [ratio for conc, pair in t["cpu_vs_vllm_router"].items() for ratio, ok
+                in zip(pair, t["cpu_2x_reachable"][conc]) if ok]
+        lines += [f"- polyspec's own work costs at least {t['own_work_lower_bound_ms']:.3f} ms per request (its stages "
+                  "in a tight loop on the router's core, in this run: `own_work_in_loop`). Where 2x vllm-router's CPU "
+                  "leaves less than that above the floor, no polyspec on this server and client can be within 2x: "
+                  + (", ".join(out) if out else "no cell") + ". "
+                  f"Within {CPU_RATIO_TARGET:g}x in the other cells: {verdict('cpu_within_2x_where_reachable')}"
+                  + (f"; the highest ratio there {max(kept):.2f}x." if kept else ".")]
+        if "router_cpu_intent_met" in t:
+            lines.append(f"- the floor target, the ratio where it is reachable and the latency target together: "
+                         f"{verdict('router_cpu_intent_met')}.")
     return lines
 
 

@@ -13,7 +13,9 @@ generator to core 1 (taskset), so every router gets the same single core and the
 Per system and concurrency (1, 16, 64, 256), non-streamed and streamed: p50/p99 latency, time to first
 byte (streams), requests/s, router CPU per request (psutil cpu_times delta / requests) and RSS.
 Each load run is bounded by a request count and a deadline. Then polyspec is profiled under load with
-py-spy (from .venv-bench) and the hottest functions are listed.
+py-spy (from .venv-bench) and the hottest functions are listed. Before the load runs, polyspec's own work is
+timed in a tight loop on the router's core (``own_work_in_loop``: the least it costs per request), so that the
+run itself says in which cells 2x vllm-router's CPU leaves room for it above the floor (``router_targets``).
 
     flock /tmp/polyspec-heavy.lock .venv/bin/python bench/router_overhead.py [--baseline HEAD [--baseline-folders router]]
     .venv/bin/python bench/router_overhead.py --quick
@@ -22,7 +24,9 @@ py-spy (from .venv-bench) and the hottest functions are listed.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,6 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import httpx  # noqa: E402
 import psutil  # noqa: E402
 import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
@@ -148,7 +153,7 @@ def print_table(results: dict[str, Any], mode: str) -> None:
     console.print(table)
 
 
-def targets(results: dict[str, Any]) -> dict[str, Any]:
+def targets(results: dict[str, Any], own_work_ms: float | None = None) -> dict[str, Any]:
     c = results.get("64") or results[max(results, key=int)]
     out: dict[str, Any] = {"at_concurrency": 64 if "64" in results else int(max(results, key=int))}
     if "polyspec" in c:
@@ -167,8 +172,28 @@ def targets(results: dict[str, Any]) -> dict[str, Any]:
         vr = max(rows["vllm_router"]["p50_overhead_ms"], 1e-3)
         out["p50_overhead_vs_vllm_router"] = round(rows["polyspec"]["p50_overhead_ms"] / vr, 2)
         out["within_1_5x_vllm_router"] = out["p50_overhead_vs_vllm_router"] <= 1.5
-    out.update(router_targets(results))
+    out.update(router_targets(results, own_work_ms))
     return out
+
+
+def own_work_in_loop(registry: str, backend_url: str, bodies: list[dict[str, Any]], repeats: int) -> dict[str, Any]:
+    """The least polyspec's own work costs per request in this run: bench/router_budget.py's stages (language ID,
+    ``route``, ``prepare``, the payload, the response's telemetry and headers) in a tight loop over ``bodies``,
+    in this process pinned to the router's core while no load runs. A tight loop keeps the language models in
+    the caches, so the sum of the stages that make up a non-streamed request's own work (``own_work_ms``) is a
+    lower bound of what the same work costs inside the router under load."""
+    from bench import router_budget  # it imports this module
+
+    response = httpx.post(f"{backend_url}/v1/chat/completions", json=bodies[0], timeout=30).content
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {int(ROUTER_CPU)})
+    try:
+        samples = router_budget.measure(router_budget._runtime(registry), bodies, response, repeats)
+    finally:
+        os.sched_setaffinity(0, cpus)
+    stages = {name: round(statistics.median(values), 2) for name, values in samples.items()}
+    return {"stages_median_us": stages, "own_work_stages": list(router_budget.OWN_WORK), "repeats": repeats,
+            "own_work_ms": round(sum(stages[name] for name in router_budget.OWN_WORK) / 1000, 3)}
 
 
 CPU_RATIO_TARGET = 2.0  # polyspec's CPU per request over vllm-router's, at most, in every cell
@@ -179,7 +204,7 @@ def _cpu(cell: dict[str, Any]) -> list[float]:
     return [cell["cpu_ms_per_req"], cell["stream"]["cpu_ms_per_req"]]
 
 
-def router_targets(results: dict[str, Any]) -> dict[str, Any]:
+def router_targets(results: dict[str, Any], own_work_ms: float | None = None) -> dict[str, Any]:
     """The router CPU targets, judged within one run (``results``: the JSON's ``concurrency``):
 
     - ``cpu_within_2x_vllm_router``: polyspec's CPU per request is at most 2x vllm-router's in every cell
@@ -190,7 +215,14 @@ def router_targets(results: dict[str, Any]) -> dict[str, Any]:
       most vllm-router's.
 
     ``router_cpu_targets_met`` is all three. A target whose systems the run did not measure is absent, and then
-    so is ``router_cpu_targets_met``. And polyspec against polyspec_base, when the run has it."""
+    so is ``router_cpu_targets_met``. And polyspec against polyspec_base, when the run has it.
+
+    ``own_work_ms``: the least polyspec's own work costs per request (`own_work_in_loop`: its stages in a tight
+    loop, measured in the same run on the router's core). A cell where 2x vllm-router's CPU leaves less than that
+    above the floor (``cpu_2x_room_ms``: 2 x vllm-router's CPU minus the floor's) cannot meet the ratio however
+    lean polyspec's work gets, short of a cheaper server and client under it: ``cpu_2x_reachable`` says which
+    cells can, ``cpu_within_2x_where_reachable`` judges the ratio on those, and ``router_cpu_intent_met`` is the
+    floor target, that ratio and the latency target."""
     out: dict[str, Any] = {}
     runs = results.values()
     if results and all("polyspec" in r and "vllm_router" in r for r in runs):
@@ -216,6 +248,19 @@ def router_targets(results: dict[str, Any]) -> dict[str, Any]:
     verdicts = ("cpu_within_2x_vllm_router", "cpu_over_floor_within_0_2ms", "c256_p50_no_worse_than_vllm_router")
     if all(v in out for v in verdicts):
         out["router_cpu_targets_met"] = all(out[v] for v in verdicts)
+    if own_work_ms is not None and "cpu_vs_vllm_router" in out and "cpu_floor_ms_per_req" in out:
+        room = {conc: [round(CPU_RATIO_TARGET * b - f, 3) for b, f in zip(_cpu(r["vllm_router"]), _cpu(r["python_floor"]))]
+                for conc, r in results.items()}
+        reachable = {conc: [x >= own_work_ms for x in pair] for conc, pair in room.items()}
+        out["own_work_lower_bound_ms"] = own_work_ms
+        out["cpu_2x_room_ms"] = room  # [non-streamed, streamed]
+        out["cpu_2x_reachable"] = reachable
+        out["cpu_within_2x_where_reachable"] = all(
+            ratio <= CPU_RATIO_TARGET for conc, pair in out["cpu_vs_vllm_router"].items()
+            for ratio, ok in zip(pair, reachable[conc]) if ok)
+        intent = ("cpu_over_floor_within_0_2ms", "cpu_within_2x_where_reachable", "c256_p50_no_worse_than_vllm_router")
+        if all(v in out for v in intent):
+            out["router_cpu_intent_met"] = all(out[v] for v in intent)
     if results and all("polyspec" in r and "polyspec_base" in r for r in runs):
         out["cpu_vs_baseline"] = {conc: [round(a / max(b, 1e-6), 2) for a, b in zip(_cpu(r["polyspec"]), _cpu(r["polyspec_base"]))]
                                   for conc, r in results.items()}  # [non-streamed, streamed]
@@ -309,6 +354,12 @@ def main(
         try:
             folders = {f.strip() for f in baseline_folders.split(",") if f.strip()}
             start_all(Path(tmp), chosen, servers, policy, baseline or None, folders)
+            own_work = None
+            if "polyspec" in servers:  # before the load runs, on a registry of its own
+                (Path(tmp) / "own-work").mkdir()
+                backend = servers["backend"].url
+                registry = make_registry(Path(tmp) / "own-work", [("bench", backend, SERVED_LANGUAGES, True)])
+                own_work = own_work_in_loop(registry, backend, bodies, 3 if quick else 9)
             results = run_matrix(servers, chosen, concs, bodies, requests, max_seconds)
             prof = None
             if profile and "polyspec" in servers:
@@ -325,7 +376,7 @@ def main(
                     console.print(f"[yellow]warning:[/] {s.name} (pid {s.pid}) did not stop in time")
     print_table(results, "non-stream")
     print_table({c: {n: v for n, v in r.items()} for c, r in results.items()}, "stream")
-    summary = targets(results)
+    summary = targets(results, own_work["own_work_ms"] if own_work else None)
     console.print_json(data=summary)
     if prof:
         profiling.print_hotspots(prof, console)
@@ -336,7 +387,7 @@ def main(
                          "client_and_backend_cpu": CLIENT_CPU, "client": "bench/loadgen.py (httpx + uvloop)",
                          "prompts": f"MT-Bench first turns, {len(bodies)} bodies in {len(SERVED_LANGUAGES)} languages",
                          "max_seconds_per_run": max_seconds, "requests_per_run": requests},
-               "concurrency": results, "targets": summary, "profile": prof}
+               "concurrency": results, "own_work_in_loop": own_work, "targets": summary, "profile": prof}
     path = write_json("router_overhead_quick.json" if quick else "router_overhead.json", payload)
     console.print(f"wrote {path}")
 

@@ -92,3 +92,32 @@ def test_the_report_says_per_cell_and_per_target_what_the_run_gives() -> None:
     for r in run.values():
         del r["python_floor"]
     assert _floor_md({"concurrency": run}) == []  # no floor in the run: no CPU table
+
+
+def test_the_ratio_is_judged_where_the_floor_leaves_room_for_polyspecs_least_own_work() -> None:
+    """2x vllm-router's CPU minus the floor's is what the ratio leaves polyspec above the floor; a cell where that is
+    less than polyspec's own work costs at least (``own_work_ms``) cannot meet the ratio, and the intent judges the
+    ratio on the other cells only."""
+    run = _run()
+    run["1"]["vllm_router"]["cpu_ms_per_req"] = 0.2  # 2 x 0.2 - 0.3: 0.1 ms of room, under the 0.12 ms lower bound
+    t = router_targets(run, own_work_ms=0.12)
+    assert t["cpu_2x_room_ms"] == {"1": [0.1, 0.4], "256": [0.2, 0.3]}
+    assert t["cpu_2x_reachable"] == {"1": [False, True], "256": [True, True]}
+    assert t["cpu_vs_vllm_router"]["1"][0] == 2.5 and not t["cpu_within_2x_vllm_router"]
+    assert t["cpu_within_2x_where_reachable"] and t["router_cpu_intent_met"] and not t["router_cpu_targets_met"]
+    run["256"]["polyspec"]["stream"]["cpu_ms_per_req"] = 1.05  # 2.1x in a cell with room: the intent fails too
+    t = router_targets(run, own_work_ms=0.12)
+    assert not t["cpu_within_2x_where_reachable"] and not t["router_cpu_intent_met"]
+    assert "cpu_2x_room_ms" not in router_targets(run) and "router_cpu_intent_met" not in router_targets(run)
+
+
+def test_the_report_names_the_cells_the_ratio_cannot_reach() -> None:
+    from bench.report import _floor_md
+
+    run = _run()
+    run["1"]["vllm_router"]["cpu_ms_per_req"] = 0.2
+    text = "\n".join(_floor_md({"concurrency": run, "own_work_in_loop": {"own_work_ms": 0.12}}))
+    assert "| 1 | 0.50 / 0.90 | 0.20 / 0.50 | 2.50x / 1.80x | 0.30 / 0.60 | 0.20 / 0.30 | 0.10 / 0.40 |" in text
+    assert "at least 0.120 ms per request" in text and ": c=1 (0.100 ms). " in text
+    assert "Within 2x in the other cells: **met**; the highest ratio there 1.90x." in text
+    assert "latency target together: **met**." in text

@@ -62,10 +62,13 @@ RULED_OUT_WEIGHT = 0.1
 # scores that a prompt's prior odds do not support. +1 point on word pairs at 0.5, +1.1 at 0.3 or 0.1; it
 # costs a short text in a rare language that fastText is unsure of (restricted detection is not affected).
 RARE_WEIGHT = 0.3
-# fastText reads at most this many characters of a long text: on the tuning texts, accuracy on whole prompts
-# (up to 500 characters) was the same at 200, 256 and 500 (one text in 5,678 changed at 160), and a
-# prediction on 256 characters costs about half of one on 500.
-FASTTEXT_CHARS = 256
+# fastText reads at most this many characters of a long text; its cost grows with them (a prediction on 128
+# characters costs about 0.6 of one on 256, and inside the router, where its tables fall out of the caches
+# between requests, each character costs more). Over the held-out and tuning texts and the adaptation test's
+# prompts (12,564), restricted to the router benchmark's 9 languages, 128 routes every text as 256 does (same
+# language, same side of the 0.4 threshold; 96 changes one); unrestricted, 3 Indonesian texts of 12,564
+# fall back at 128 (9 at 96). Whole-prompt accuracy on the tuning texts: 99.73 % restricted at 128 and 256.
+FASTTEXT_CHARS = 128
 
 _lock = threading.Lock()
 _detector: Any = None

@@ -62,13 +62,15 @@ RULED_OUT_WEIGHT = 0.1
 # scores that a prompt's prior odds do not support. +1 point on word pairs at 0.5, +1.1 at 0.3 or 0.1; it
 # costs a short text in a rare language that fastText is unsure of (restricted detection is not affected).
 RARE_WEIGHT = 0.3
-# fastText reads at most this many characters of a long text; its cost grows with them (a prediction on 128
-# characters costs about 0.6 of one on 256, and inside the router, where its tables fall out of the caches
-# between requests, each character costs more). Over the held-out and tuning texts and the adaptation test's
-# prompts (12,564), restricted to the router benchmark's 9 languages, 128 routes every text as 256 does (same
-# language, same side of the 0.4 threshold; 96 changes one); unrestricted, 3 Indonesian texts of 12,564
-# fall back at 128 (9 at 96). Whole-prompt accuracy on the tuning texts: 99.73 % restricted at 128 and 256.
-FASTTEXT_CHARS = 128
+# fastText reads at most this many characters of a long text; its cost grows with them (in a tight loop over
+# the router benchmark's prompts, 0.6 of a 256-character read at 128, 0.8 at 160; inside the router, where its
+# tables fall out of the caches between requests, each character costs more). Over the held-out and tuning
+# texts and the adaptation test's prompts (12,564), restricted to the router benchmark's 9 languages, 160 and
+# 128 route every text as 256 does (same language, same side of the 0.4 threshold; 96 changes one);
+# unrestricted, 1 Indonesian text in 12,564 falls back at 160 (3 at 128). Held-out whole-prompt accuracy:
+# 99.24 % restricted at 160 and 256. But fastText's confidence falls as it reads less: two French sentences read
+# 0.98 at 256, 0.93 at 160 and 0.89 at 128, and a conversation's earlier turns vote with that confidence, so 160.
+FASTTEXT_CHARS = 160
 
 _lock = threading.Lock()
 _detector: Any = None

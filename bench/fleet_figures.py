@@ -46,7 +46,10 @@ def predicted_tps(rows: list[dict[str, Any]], key: str = "predicted_seconds") ->
 
 def language_figures(rows: list[dict[str, Any]], lang: str, k: int) -> dict[str, Any]:
     mine = [r for r in rows if r["language"] == lang]
-    cells = {s: summarize([r for r in mine if r["system"] == s], k) for s in SYSTEMS}
+    # each cell's histograms at their own length: a k = 4 engine's cut at k + 1 = 4 buckets would drop its steps
+    # that accepted all four drafts, and its mean acceptance length with them
+    cells = {s: summarize(cell, max([k, *(len(r["histogram"]) - 1 for r in cell)]))
+             for s in SYSTEMS for cell in [[r for r in mine if r["system"] == s]]}
     answered = [{r["prompt_id"] for r in mine if r["system"] == s and r["ok"]} for s in SYSTEMS]
     planned = ratio_ci(rows, lang, "planned_fleet", "no_spec")
     out: dict[str, Any] = {f"{s}_tps": cells[s]["tokens_per_s"] for s in SYSTEMS}

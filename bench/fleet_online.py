@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from polyspec.core.speed import ContextCost, request_seconds
+from polyspec.core.speed import NO_CONTEXT_COST, ContextCost, request_seconds
 
-Prediction = tuple[float, float, float, ContextCost]  # tokens per step, step s, prefill s per token, context cost
+# tokens per step, step s, prefill s per token, context cost, overhead s per request
+Prediction = tuple[float, float, float, ContextCost, float]
+NO_PREDICTION: tuple[None, None, None, ContextCost, float] = (None, None, None, NO_CONTEXT_COST, 0.0)
 
 
 class Online:
@@ -27,18 +29,18 @@ class Online:
         """The predicted seconds of the answered ``row``, then its own figures join the counts."""
         if not row["ok"] or (row["backend"], language) not in self.model or row["tokens"] <= 0:
             return None
-        e_off, step_cal, prefill, context = self.model[(row["backend"], language)]
+        e_off, step_cal, prefill, context, overhead = self.model[(row["backend"], language)]
         tokens, steps = self.counted.get((row["backend"], language), [0.0, 0.0])
         e = (self.prior_steps * e_off + tokens) / (self.prior_steps + steps)
         total, n = self.steps.get(row["backend"], [0.0, 0.0])
         step = (self.prior_requests * step_cal + total) / (self.prior_requests + n)
         seconds = request_seconds(e, step, answer_tokens=row["tokens"], prompt_tokens=prompt_tokens,
-                                  prefill_s_per_token=prefill, context=context)
+                                  prefill_s_per_token=prefill, context=context, overhead_s=overhead)
         taken = row["spec_steps"] or row["tokens"]
         if row["spec_steps"]:  # an engine with a draft: its tokens per step
             self.counted[(row["backend"], language)] = [tokens + row["tokens"], steps + taken]
         mean_context = prompt_tokens + row["tokens"] / 2
-        own = (row["seconds"] - prompt_tokens * prefill) / taken - context.s_per_token * (mean_context - context.measured_at)
+        own = (row["seconds"] - overhead - prompt_tokens * prefill) / taken - context.s_per_token * (mean_context - context.measured_at)
         if own > 0:
             self.steps[row["backend"]] = [total + own, n + 1]
         return seconds
@@ -55,7 +57,8 @@ def merge_points(first: list[dict[str, Any]], repeat: list[dict[str, Any]]) -> l
             out.append(p)
             continue
         details = dict(p["details"])
-        for key in ("prefill_s_per_token", "step_s_per_context_token", "context_tokens", "tokens_per_step"):
+        for key in ("prefill_s_per_token", "step_s_per_context_token", "context_tokens", "tokens_per_step",
+                    "overhead_s", "decode_step_s"):
             if key in p["details"] and key in q["details"]:
                 details[key] = (p["details"][key] + q["details"][key]) / 2
         details["repeat_step_ratio"] = q["step_s"] / p["step_s"]

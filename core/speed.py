@@ -188,20 +188,92 @@ NO_CONTEXT_COST = ContextCost()
 
 
 def request_seconds(expected: float, step_s: float, *, answer_tokens: int, prompt_tokens: int,
-                    prefill_s_per_token: float, context: ContextCost = NO_CONTEXT_COST) -> float:
-    """Wall time of one request: its prompt's prefill, then ``answer_tokens / expected`` steps, each at the
+                    prefill_s_per_token: float, context: ContextCost = NO_CONTEXT_COST, overhead_s: float = 0.0) -> float:
+    """Wall time of one request: its fixed overhead (``RequestCost.overhead_s``; 0 where ``step_s`` is a wall time
+    over steps that holds it), its prompt's prefill, then ``answer_tokens / expected`` steps, each at the
     request's mean context (the prompt and half the answer)."""
     step = context.step(step_s, prompt_tokens + answer_tokens / 2)
-    return prompt_tokens * prefill_s_per_token + answer_tokens / max(expected, 1.0) * step
+    return overhead_s + prompt_tokens * prefill_s_per_token + answer_tokens / max(expected, 1.0) * step
 
 
 def request_tokens_per_second(expected: float, step_s: float | None, *, answer_tokens: int, prompt_tokens: int,
-                              prefill_s_per_token: float, context: ContextCost = NO_CONTEXT_COST) -> float | None:
+                              prefill_s_per_token: float, context: ContextCost = NO_CONTEXT_COST,
+                              overhead_s: float = 0.0) -> float | None:
     """Tokens/s a client sees over a whole request (prefill included); ``tokens_per_second`` without a prompt."""
     if step_s is None or step_s <= 0 or answer_tokens <= 0:
         return None
     return answer_tokens / request_seconds(expected, step_s, answer_tokens=answer_tokens, prompt_tokens=prompt_tokens,
-                                           prefill_s_per_token=prefill_s_per_token, context=context)
+                                           prefill_s_per_token=prefill_s_per_token, context=context,
+                                           overhead_s=overhead_s)
+
+
+@dataclass(frozen=True)
+class RequestCost:
+    """One engine's cost of a request at batch 1, fitted by least squares over every calibration request
+    (``fit_request_cost``): ``overhead_s`` per request whatever its length (the first token's pass, the HTTP round
+    trip, the engine's stalls on a shared machine, on average), ``prefill_s_per_token`` per prompt token, and
+    ``step_s`` per decode step at a mean context of ``context.measured_at`` tokens, growing by
+    ``context.s_per_token`` per token of context."""
+
+    overhead_s: float
+    prefill_s_per_token: float
+    step_s: float
+    context: ContextCost
+    requests: int
+
+    def seconds(self, steps: float, prompt_tokens: float, answer_tokens: float) -> float:
+        return (self.overhead_s + prompt_tokens * self.prefill_s_per_token
+                + steps * self.context.step(self.step_s, prompt_tokens + answer_tokens / 2))
+
+
+Sample = tuple[float, int, int, int]  # one request: (wall seconds, verify steps, completion tokens, prompt tokens)
+MIN_FIT_REQUESTS = 8
+
+
+def fit_request_cost(samples: Sequence[Sample], measured_at: float) -> RequestCost | None:
+    """Least squares of wall time on [1, prompt tokens, steps, steps x (context - measured_at)] over one engine's
+    requests at batch 1, every coefficient non-negative (the best fit over the subsets of the other three terms
+    with the step term always in: exact non-negative least squares for four terms). A mean fit, not a median:
+    what a client sees over many requests includes the slow ones. None with fewer than MIN_FIT_REQUESTS requests
+    or when no fit has a positive step (requests that vary too little to tell the terms apart)."""
+    if len(samples) < MIN_FIT_REQUESTS:
+        return None
+    rows = [(1.0, float(p), float(s), s * (p + t / 2 - measured_at)) for _, s, t, p in samples]
+    walls = [w for w, *_ in samples]
+    best: tuple[float, list[float]] | None = None
+    for mask in range(8):  # which of overhead, prefill and context growth join the step term
+        cols = [0, 1, 3]
+        use = sorted([2] + [cols[i] for i in range(3) if mask >> i & 1])
+        coef = _least_squares([[r[j] for j in use] for r in rows], walls)
+        if coef is None or any(c < 0 for c in coef) or coef[use.index(2)] <= 0:
+            continue
+        full = [0.0] * 4
+        for j, c in zip(use, coef, strict=True):
+            full[j] = c
+        residual = sum((w - sum(f * x for f, x in zip(full, r, strict=True))) ** 2 for w, r in zip(walls, rows, strict=True))
+        if best is None or residual < best[0] - 1e-15:
+            best = (residual, full)
+    if best is None:
+        return None
+    overhead, prefill, step, growth = best[1]
+    return RequestCost(overhead, prefill, step, ContextCost(growth, measured_at), len(samples))
+
+
+def _least_squares(x: Sequence[Sequence[float]], y: Sequence[float]) -> list[float] | None:
+    """Ordinary least squares by the normal equations (a few columns); None when they are singular."""
+    n = len(x[0])
+    a = [[sum(r[i] * r[j] for r in x) for j in range(n)] + [sum(r[i] * v for r, v in zip(x, y, strict=True))]
+         for i in range(n)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda i: abs(a[i][col]))
+        if abs(a[pivot][col]) < 1e-12 * max(1.0, max(abs(v) for row in a for v in row[:n])):
+            return None
+        a[col], a[pivot] = a[pivot], a[col]
+        for i in range(n):
+            if i != col:
+                f = a[i][col] / a[col][col]
+                a[i] = [u - f * v for u, v in zip(a[i], a[col], strict=True)]
+    return [a[i][n] / a[i][i] for i in range(n)]
 
 
 def draft_step(plain_s: float, ref_s: float, *, k: int, ref_k: int, vocab: int, ref_vocab: int,

@@ -18,6 +18,14 @@ difference is ``step_s_per_context_token``, the step's growth per token of conte
 context). ``context_tokens`` is the step waves' mean context (prompt tokens plus half the answer), the length
 their step time holds.
 
+At batch 1, every request of the step waves and of the pairs also enters one least-squares fit
+(core.speed.fit_request_cost): wall time on a per-request overhead, prompt tokens, steps and steps times the
+context. Its figures replace the pairs' medians (``prefill_s_per_token``, ``step_s_per_context_token``) and add
+``overhead_s`` and ``decode_step_s``, the step without the overhead and prefill a wall time over steps holds. A
+median of differences of a few noisy requests each came out 0-3 ms per prompt token on a loaded 2-core machine,
+where chat requests cost 3.5 (docs/speed.md); a fit over all of them, with a prompt twice as long, uses every
+request, and a mean, as a client's tokens/s does. The warm-up runs a full-length answer and the long prompt.
+
 Acceptance does not matter here: the speed model takes tokens per step from the acceptance figures, and
 the step time of an engine hardly depends on how many drafts the verifier accepts.
 """
@@ -35,6 +43,7 @@ from typing import Any
 import httpx
 
 from polyspec.core.errors import Unavailable
+from polyspec.core.speed import Sample, fit_request_cost
 
 PROMPTS = (
     "Write a short story about a lighthouse keeper who finds a message in a bottle.",
@@ -43,7 +52,8 @@ PROMPTS = (
     "Describe the water cycle to a ten-year-old.",
 )
 MAX_BATCH = 256
-LONG_PROMPT = " ".join(PROMPTS * 3)  # about 180 tokens: the length of a long chat turn
+LONG_PROMPT = " ".join(PROMPTS * 6)  # about 360 tokens: a long chat turn, far enough from the short one that
+# the prefill it adds (about a second on 2 CPU cores) stands above a request's noise
 
 
 class CalibrationFailed(Unavailable):
@@ -113,17 +123,20 @@ async def _completion(client: httpx.AsyncClient, url: str, model: str, prompt: s
     return wall, steps, tokens, prompt_tokens
 
 
-async def _prefill(client: httpx.AsyncClient, url: str, model: str, speculates: bool,
-                   max_tokens: int = 0) -> tuple[float | None, float | None]:
-    """(seconds per prompt token, step seconds per context token) of one pair of prompts, a short and a long one.
+async def _prefill(client: httpx.AsyncClient, url: str, model: str, speculates: bool, max_tokens: int = 0,
+                   seen: list[Sample] | None = None) -> tuple[float | None, float | None]:
+    """(seconds per prompt token, step seconds per context token) of one pair of prompts, a short and a long one;
+    each request's (wall, steps, prompt tokens, tokens) is added to ``seen``.
     Prefill: a one-token completion of the long prompt less one of the short prompt, over their prompt-token
     difference. Context: with ``max_tokens`` > 1, each prompt also runs to ``max_tokens``; its decode seconds per
     step are that completion less the one-token one, over its steps, and the long prompt's less the short one's,
     over the prompt-token difference, is the context figure. Every request opens with a fresh tag so no prefix
     cache serves it. None where the engine reports no prompt tokens or the long prompt was not the longer one."""
     tag = uuid.uuid4().hex[:8]
+    seen = seen if seen is not None else []
     short = await _completion(client, url, model, f"[{tag}] {PROMPTS[0]}", 1, speculates)
     long = await _completion(client, url, model, f"[{tag}-long] {LONG_PROMPT}", 1, speculates)
+    seen += [short, long]
     extra = long[3] - short[3]
     if extra <= 0:
         return None, None
@@ -133,6 +146,7 @@ async def _prefill(client: httpx.AsyncClient, url: str, model: str, speculates: 
     decode = []
     for one, text in ((short, f"[{tag}-s] {PROMPTS[0]}"), (long, f"[{tag}-l] {LONG_PROMPT}")):
         full = await _completion(client, url, model, text, max_tokens, speculates)
+        seen.append(full)
         decode.append(max(0.0, full[0] - one[0]) / max(1, full[1]))
     return prefill, max(0.0, decode[1] - decode[0]) / extra
 
@@ -160,7 +174,10 @@ async def calibrate_engines(engines: Mapping[str, tuple[str, bool]], *, batches:
         for name, (_, speculates) in engines.items():
             try:
                 models[name] = await _model_id(client, urls[name])
-                await _one(client, urls[name], models[name], PROMPTS[0], 8, speculates)  # warm-up, not measured
+                # warm-up, not measured: a full-length answer and a long prompt, so that no first-time cost of
+                # either lands in a measured request
+                await _one(client, urls[name], models[name], PROMPTS[0], max_tokens, speculates)
+                await _one(client, urls[name], models[name], f"[{uuid.uuid4().hex[:8]}] {LONG_PROMPT}", 8, speculates)
             except (CalibrationFailed, httpx.HTTPError, ValueError) as exc:
                 failed[name] = _failure(urls[name], exc)
             samples[name] = {batch: [] for batch in batches}
@@ -182,11 +199,12 @@ async def calibrate_engines(engines: Mapping[str, tuple[str, bool]], *, batches:
                         progress(name, batch)
         prefill: dict[str, list[float]] = {name: [] for name in engines}
         context: dict[str, list[float]] = {name: [] for name in engines}
+        pairs: dict[str, list[Sample]] = {name: [] for name in engines}
         for _ in range(waves):  # in turns as well, for the same reason
             for name in [n for n in engines if n not in failed]:
                 try:
                     per_token, per_context = await _prefill(client, urls[name], models[name], engines[name][1],
-                                                            max_tokens)
+                                                            max_tokens, pairs[name])
                 except (CalibrationFailed, httpx.HTTPError) as exc:
                     failed[name] = _failure(urls[name], exc)
                     continue
@@ -194,7 +212,8 @@ async def calibrate_engines(engines: Mapping[str, tuple[str, bool]], *, batches:
                     prefill[name].append(per_token)
                 if per_context is not None:
                     context[name].append(per_context)
-    return {name: failed.get(name) or [_point(b, samples[name][b], max_tokens, prefill[name], context[name])
+    return {name: failed.get(name) or [_point(b, samples[name][b], max_tokens, prefill[name], context[name],
+                                              pairs[name] if b == 1 else ())
                                        for b in batches] for name in engines}
 
 
@@ -204,7 +223,7 @@ def _failure(url: str, exc: Exception) -> CalibrationFailed:
 
 
 def _point(batch: int, samples: list[tuple[float, int, int, int]], max_tokens: int, prefill: Sequence[float] = (),
-           context: Sequence[float] = ()) -> Point:
+           context: Sequence[float] = (), pairs: Sequence[Sample] = ()) -> Point:
     steps = [wall / max(1, n) for wall, n, _, _ in samples]
     tps = [tokens / wall for wall, _, tokens, _ in samples if wall > 0]
     details: dict[str, Any] = {
@@ -215,4 +234,12 @@ def _point(batch: int, samples: list[tuple[float, int, int, int]], max_tokens: i
         details["prefill_s_per_token"] = statistics.median(prefill)
     if context:
         details["step_s_per_context_token"] = statistics.median(context)
+    # Batch 1 with the pairs: every request of the point and of the pairs in one least-squares fit (the medians
+    # above are its fallback): the figures the planner reads, and a per-request overhead besides.
+    if pairs and (fit := fit_request_cost([*samples, *pairs], details["context_tokens"])) is not None:
+        details.update({f"{key}_pairs": details[key] for key in ("prefill_s_per_token", "step_s_per_context_token")
+                        if key in details})  # the medians, kept beside the fit to compare
+        details.update(overhead_s=fit.overhead_s, prefill_s_per_token=fit.prefill_s_per_token,
+                       decode_step_s=fit.step_s, step_s_per_context_token=fit.context.s_per_token,
+                       fit_requests=fit.requests)
     return Point(batch, statistics.median(steps), statistics.median(tps), len(samples), details)

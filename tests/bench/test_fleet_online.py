@@ -17,7 +17,7 @@ def _row(backend: str, seconds: float, tokens: int = 96, steps: int = 32, ok: bo
 
 
 def test_the_first_request_gets_the_offline_model_and_later_ones_the_counts_before_them() -> None:
-    online = Online({("m", "fr"): (3.0, 0.08, 0.003, CONTEXT)}, prior_steps=100, prior_requests=4)
+    online = Online({("m", "fr"): (3.0, 0.08, 0.003, CONTEXT, 0.0)}, prior_steps=100, prior_requests=4)
     first = online.seconds(_row("m", 4.0), "fr", 110)
     assert first == pytest.approx(request_seconds(3.0, 0.08, answer_tokens=96, prompt_tokens=110,
                                                   prefill_s_per_token=0.003, context=CONTEXT))
@@ -31,9 +31,20 @@ def test_the_first_request_gets_the_offline_model_and_later_ones_the_counts_befo
                                                    prefill_s_per_token=0.003, context=CONTEXT))
 
 
+def test_a_fitted_overhead_is_added_once_per_request_and_kept_out_of_the_live_step() -> None:
+    online = Online({("m", "fr"): (3.0, 0.07, 0.003, CONTEXT, 0.4)}, prior_steps=100, prior_requests=4)
+    first = online.seconds(_row("m", 4.0), "fr", 110)
+    assert first == pytest.approx(0.4 + request_seconds(3.0, 0.07, answer_tokens=96, prompt_tokens=110,
+                                                        prefill_s_per_token=0.003, context=CONTEXT))
+    online.seconds(_row("m", 4.0), "fr", 110)
+    # the first request's own step: its overhead and prefill taken out, at calibration's context
+    own = (4.0 - 0.4 - 110 * 0.003) / 32 - 0.0001 * (110 + 48 - 50)
+    assert online.steps["m"] == [pytest.approx(2 * own), 2]
+
+
 def test_counts_are_kept_per_engine_and_language_and_bad_rows_predict_nothing() -> None:
-    online = Online({("m", "fr"): (3.0, 0.08, 0.003, CONTEXT), ("m", "ja"): (2.0, 0.08, 0.003, CONTEXT),
-                     ("p", "fr"): (1.0, 0.06, 0.003, CONTEXT)}, prior_steps=100, prior_requests=4)
+    online = Online({("m", "fr"): (3.0, 0.08, 0.003, CONTEXT, 0.0), ("m", "ja"): (2.0, 0.08, 0.003, CONTEXT, 0.0),
+                     ("p", "fr"): (1.0, 0.06, 0.003, CONTEXT, 0.0)}, prior_steps=100, prior_requests=4)
     ja_before = request_seconds(2.0, 0.08, answer_tokens=96, prompt_tokens=110, prefill_s_per_token=0.003,
                                 context=CONTEXT)
     online.seconds(_row("m", 12.0, steps=96), "fr", 110)  # a slow French request with nothing accepted
@@ -62,6 +73,10 @@ def test_a_calibration_and_its_repeat_merge_into_one_point_that_keeps_the_ratio(
     assert d["step_s_per_context_token"] == 0.0001  # measured once: kept as it was
     assert d["repeat_step_ratio"] == pytest.approx(1.25)
     assert merge_points(first, []) == first
+    fitted = [{**first[0], "details": {**first[0]["details"], "overhead_s": 0.3, "decode_step_s": 0.07}}]
+    again = [{**repeat[0], "details": {**repeat[0]["details"], "overhead_s": 0.5, "decode_step_s": 0.09}}]
+    d = merge_points(fitted, again)[0]["details"]
+    assert d["overhead_s"] == pytest.approx(0.4) and d["decode_step_s"] == pytest.approx(0.08)
 
 
 def test_the_online_target_is_judged_apart_from_the_offline_one() -> None:
@@ -78,3 +93,13 @@ def test_the_online_target_is_judged_apart_from_the_offline_one() -> None:
     w = weighted_figures(langs, rows, {"fr": 1.0}, {"no_spec": 1, "specialist_fleet": 5, "planned_fleet": 2})
     t = targets(langs, w)
     assert not t["predictions"]["met"] and t["predictions_online"]["met"]
+
+
+def test_a_cell_s_mean_acceptance_length_counts_every_bucket_of_a_deeper_engine() -> None:
+    """The planned fleet's k = 4 engine reports five histogram buckets; a cell judged at the run's k = 3 keeps them."""
+    rows = [{"language": "fr", "prompt_id": f"fr-{n}", "system": system, "ok": True, "tokens": 96, "seconds": 4.0,
+             "backend": system, "slot": 0, "histogram": hist, "spec_steps": sum(hist), "misrouted": False}
+            for n in range(2) for system, hist in (("no_spec", []), ("specialist_fleet", [10, 10, 10, 10]),
+                                                   ("planned_fleet", [10, 0, 0, 0, 10]))]
+    mal = language_figures(rows, "fr", k=3)["mean_acceptance_length"]
+    assert mal["planned_fleet"] == pytest.approx(3.0) and mal["specialist_fleet"] == pytest.approx(2.5)

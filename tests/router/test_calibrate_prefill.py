@@ -21,9 +21,9 @@ CONTEXT_S = 0.00005  # seconds a step grows per token of context
 class FakeEngine:
     """Answers /v1/models and /v1/completions; each completion advances a fake clock by its prefill and steps."""
 
-    def __init__(self, *, report_prompt_tokens: bool = True, context_s: float = 0.0) -> None:
+    def __init__(self, *, report_prompt_tokens: bool = True, context_s: float = 0.0, overhead_s: float = 0.0) -> None:
         self.now = 0.0
-        self.context_s = context_s
+        self.context_s, self.overhead_s = context_s, overhead_s
         self.prompts: list[str] = []
         self.report_prompt_tokens = report_prompt_tokens
 
@@ -37,10 +37,11 @@ class FakeEngine:
         self.prompts.append(body["prompt"])
         prompt_tokens = len(body["prompt"].split())
         tokens = body["max_tokens"]
-        steps = max(1, -(-tokens // TOKENS_PER_STEP))
-        # the first token comes with prefill; each further step attends over the prompt and half the answer
-        decode = 0 if tokens <= 1 else steps * (STEP_S + self.context_s * (prompt_tokens + tokens / 2))
-        self.now += prompt_tokens * PREFILL_S + (STEP_S if tokens <= 1 else decode)
+        # the first token comes with prefill (no verify step, as vLLM counts them); each further step attends over
+        # the prompt and half the answer; every request pays the overhead
+        steps = 0 if tokens <= 1 else -(-tokens // TOKENS_PER_STEP)
+        decode = steps * (STEP_S + self.context_s * (prompt_tokens + tokens / 2))
+        self.now += self.overhead_s + prompt_tokens * PREFILL_S + decode
         usage = {"completion_tokens": tokens, **({"prompt_tokens": prompt_tokens} if self.report_prompt_tokens else {})}
         return httpx.Response(200, json={"usage": usage, "metrics": {"speculative_decoding": {"num_spec_steps": steps}}})
 
@@ -63,7 +64,7 @@ def test_prefill_per_prompt_token_is_measured_apart_from_the_step(monkeypatch: p
     assert STEP_S < point.step_s <= STEP_S + short * PREFILL_S / 32 + 1e-9
     # Every prefill request opens with its own tag: no prefix cache can serve one from another.
     tagged = [p for p in engine.prompts if p.startswith("[")]
-    assert len(tagged) == 4 * 3 and len({p.split("]")[0] for p in tagged}) == len(tagged)
+    assert len(tagged) == 4 * 3 + 1 and len({p.split("]")[0] for p in tagged}) == len(tagged)  # + the warm-up's
     assert point.to_json()["details"]["prefill_s_per_token"] == pytest.approx(PREFILL_S)
 
 
@@ -102,3 +103,23 @@ def test_the_calibrate_table_prints_prefill_and_the_step_s_growth_per_context_to
     row = next(line for line in text.splitlines() if "multi@1" in line)
     assert f"{PREFILL_S * 1000:.2f}" in row and f"{CONTEXT_S * 1000:.4f}" in row
     assert "unreachable" in text
+
+
+def test_a_per_request_overhead_is_fitted_apart_from_the_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    [point] = _run(FakeEngine(overhead_s=0.3, context_s=CONTEXT_S), monkeypatch)
+    d = point.details
+    assert d["fit_requests"] == 3 + 4 * 3  # the step waves and every request of the pairs
+    assert d["overhead_s"] == pytest.approx(0.3) and d["prefill_s_per_token"] == pytest.approx(PREFILL_S)
+    assert d["step_s_per_context_token"] == pytest.approx(CONTEXT_S)
+    assert d["decode_step_s"] == pytest.approx(STEP_S + CONTEXT_S * d["context_tokens"])  # at the waves' context
+    # the stored step, wall time over steps as the router measures it live, still holds the overhead's share
+    assert point.step_s >= d["decode_step_s"] + 0.3 / 32 - 1e-9
+
+
+def test_a_batch_above_one_keeps_wall_time_over_steps_without_a_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = FakeEngine(overhead_s=0.3)
+    monkeypatch.setattr(calibrate.time, "perf_counter", engine.clock)
+    found = asyncio.run(calibrate.calibrate_engines({"e": ("http://engine", True)}, batches=[1, 2], waves=3,
+                                                    max_tokens=64, transport=httpx.MockTransport(engine.handle)))
+    one, two = found["e"]
+    assert "overhead_s" in one.details and "overhead_s" not in two.details

@@ -28,6 +28,12 @@ DEFAULT_EPSILON = 0.02  # tolerated loss on any other evaluated language (the sa
 EvalKey = tuple[str, str, str, int, str, str]  # language, benchmark, method, k, evaluation domain, subset
 
 
+def meets(change: float, must_gain: bool, delta: float, epsilon: float) -> bool:
+    """The gate's rule for one comparison: a gain of at least ``delta`` where the gain is required, else a loss
+    of at most ``epsilon`` (both with a float tolerance). The adaptation gate applies the same rule."""
+    return change >= (delta if must_gain else -epsilon) - 1e-9
+
+
 def _ref(d: Draft) -> str:
     return f"{d.name}@{d.version}"
 
@@ -100,7 +106,7 @@ def evaluate_gate(
         for row in rows:
             must_gain = gain_on is None or row["benchmark"] in gain_on
             row["required"] = "gain" if must_gain else "no loss"
-            row["passed"] = row["change"] >= (delta if must_gain else -epsilon) - 1e-9
+            row["passed"] = meets(row["change"], must_gain, delta, epsilon)
             comparisons.append(row)
             if not row["passed"]:
                 where = (f"{row['before']:.3f} -> {row['after']:.3f} on {row['benchmark']}/{row['method']}/k={row['k']}"
@@ -110,7 +116,7 @@ def evaluate_gate(
     for lang in sorted({k[0] for k in cand_evals} - set(targets)):
         for row in _compare(cand_evals, list(used.values()), lang):
             row["required"] = "no loss"
-            row["passed"] = row["change"] >= -epsilon - 1e-9
+            row["passed"] = meets(row["change"], False, delta, epsilon)
             comparisons.append(row)
             if not row["passed"]:
                 failures.append(

@@ -19,6 +19,7 @@ from typing import Any
 
 from polyspec.adapt.settings import AdaptSettings
 from polyspec.models.verifiers import resolve_verifier
+from polyspec.registry.promotion import meets
 from polyspec.training.benchmarks import mtbench_languages
 from polyspec.training.eval_api import EvalOptions, run_eval
 from polyspec.training.eval_options import DraftChoice
@@ -96,7 +97,7 @@ def compare(rows: list[Any], bench: Bench, baseline: str | None, delta: float, m
             row.update(passed=True, change=None, note="no answers in this subset: not compared")
         else:
             row["change"] = round(after - before, 4)
-            row["passed"] = row["change"] >= (delta if bench.gain else -margin) - 1e-9
+            row["passed"] = meets(row["change"], bench.gain, delta, margin)
         out.append(row)
     return out
 

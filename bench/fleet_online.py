@@ -7,9 +7,8 @@ from typing import Any
 
 from polyspec.core.speed import NO_CONTEXT_COST, ContextCost, request_seconds
 
-# tokens per step, step s, prefill s per token, context cost, overhead s per request
-Prediction = tuple[float, float, float, ContextCost, float]
-NO_PREDICTION: tuple[None, None, None, ContextCost, float] = (None, None, None, NO_CONTEXT_COST, 0.0)
+Prediction = tuple[float, float, float, ContextCost]  # tokens per step, step s, prefill s per token, context cost
+NO_PREDICTION: tuple[None, None, None, ContextCost] = (None, None, None, NO_CONTEXT_COST)
 
 
 class Online:
@@ -29,18 +28,18 @@ class Online:
         """The predicted seconds of the answered ``row``, then its own figures join the counts."""
         if not row["ok"] or (row["backend"], language) not in self.model or row["tokens"] <= 0:
             return None
-        e_off, step_cal, prefill, context, overhead = self.model[(row["backend"], language)]
+        e_off, step_cal, prefill, context = self.model[(row["backend"], language)]
         tokens, steps = self.counted.get((row["backend"], language), [0.0, 0.0])
         e = (self.prior_steps * e_off + tokens) / (self.prior_steps + steps)
         total, n = self.steps.get(row["backend"], [0.0, 0.0])
         step = (self.prior_requests * step_cal + total) / (self.prior_requests + n)
         seconds = request_seconds(e, step, answer_tokens=row["tokens"], prompt_tokens=prompt_tokens,
-                                  prefill_s_per_token=prefill, context=context, overhead_s=overhead)
+                                  prefill_s_per_token=prefill, context=context)
         taken = row["spec_steps"] or row["tokens"]
         if row["spec_steps"]:  # an engine with a draft: its tokens per step
             self.counted[(row["backend"], language)] = [tokens + row["tokens"], steps + taken]
         mean_context = prompt_tokens + row["tokens"] / 2
-        own = (row["seconds"] - overhead - prompt_tokens * prefill) / taken - context.s_per_token * (mean_context - context.measured_at)
+        own = (row["seconds"] - prompt_tokens * prefill) / taken - context.s_per_token * (mean_context - context.measured_at)
         if own > 0:
             self.steps[row["backend"]] = [total + own, n + 1]
         return seconds

@@ -205,8 +205,8 @@ def fleet_registries(work: Path, verifier: Any, engines: dict[str, Engine], flee
 
 def predictor(reg: Any, verifier: str, engines: dict[str, Engine], langs: tuple[str, ...]) -> dict[tuple[str, str], Prediction]:
     """(engine, language) -> (tokens per step, step seconds at batch 1, prefill seconds per prompt token, the
-    step's growth with context, overhead seconds per request): the planner's speed model
-    (registry.fleet_search.Model) over the calibrated engines, each engine's own measured figures."""
+    step's growth with context): the planner's speed model (registry.fleet_search.Model) over the calibrated
+    engines, each engine's own measured prefill and context figures."""
     from polyspec.registry.fleet_inputs import candidates, gather
     from polyspec.registry.fleet_plan import cell
     from polyspec.registry.fleet_search import Model
@@ -216,7 +216,7 @@ def predictor(reg: Any, verifier: str, engines: dict[str, Engine], langs: tuple[
         cells = [cell(lang, "general", 1 / len(langs)) for lang in langs]
         model = Model(gather(s, verifier), cands, cells)
     return {(c.name, x.language): (model.expected[(c.name, x.key)], model.step(c, 1), model.prefills[c.name],
-                                   model.contexts[c.name], model.overhead_s(c)) for c in cands for x in cells}
+                                   model.contexts[c.name]) for c in cands for x in cells}
 
 
 def add_live_predictions(rows: list[dict[str, Any]], regs: dict[str, str], verifier: str, engines: dict[str, Engine],
@@ -234,10 +234,9 @@ def add_live_predictions(rows: list[dict[str, Any]], regs: dict[str, str], verif
             live.update({(system, *key): e for key, (e, *_) in predictor(reg, verifier, engines, langs).items()})
     for r in rows:
         e = live.get((r["system"], r["backend"], r["language"]))
-        _, step, prefill, context, overhead = model.get((r["backend"], r["language"]), NO_PREDICTION)
+        _, step, prefill, context = model.get((r["backend"], r["language"]), NO_PREDICTION)
         seconds = request_seconds(e, step, answer_tokens=r["tokens"], prompt_tokens=plen[r["prompt_id"]],
-                                  prefill_s_per_token=prefill, context=context, overhead_s=overhead) \
-            if e and step and r["ok"] else None
+                                  prefill_s_per_token=prefill, context=context) if e and step and r["ok"] else None
         r["predicted_seconds_live"] = round(seconds, 4) if seconds else None
 
 
@@ -364,10 +363,9 @@ def main(
             online = Online(model)
 
             def extra(row: dict[str, Any], lang: str, pid: str) -> dict[str, Any]:
-                e, step, prefill, context, overhead = model.get((row["backend"], lang), NO_PREDICTION)
+                e, step, prefill, context = model.get((row["backend"], lang), NO_PREDICTION)
                 seconds = request_seconds(e, step, answer_tokens=row["tokens"], prompt_tokens=plen[pid],
-                                          prefill_s_per_token=prefill, context=context, overhead_s=overhead) \
-                    if e and row["ok"] else None
+                                          prefill_s_per_token=prefill, context=context) if e and row["ok"] else None
                 ahead = online.seconds(row, lang, plen[pid])
                 return {"prompt_tokens": plen[pid], "model_tokens_per_step": round(e, 4) if e else None,
                         "predicted_seconds": round(seconds, 4) if seconds else None,

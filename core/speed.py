@@ -188,23 +188,20 @@ NO_CONTEXT_COST = ContextCost()
 
 
 def request_seconds(expected: float, step_s: float, *, answer_tokens: int, prompt_tokens: int,
-                    prefill_s_per_token: float, context: ContextCost = NO_CONTEXT_COST, overhead_s: float = 0.0) -> float:
-    """Wall time of one request: its fixed overhead (``RequestCost.overhead_s``; 0 where ``step_s`` is a wall time
-    over steps that holds it), its prompt's prefill, then ``answer_tokens / expected`` steps, each at the
+                    prefill_s_per_token: float, context: ContextCost = NO_CONTEXT_COST) -> float:
+    """Wall time of one request: its prompt's prefill, then ``answer_tokens / expected`` steps, each at the
     request's mean context (the prompt and half the answer)."""
     step = context.step(step_s, prompt_tokens + answer_tokens / 2)
-    return overhead_s + prompt_tokens * prefill_s_per_token + answer_tokens / max(expected, 1.0) * step
+    return prompt_tokens * prefill_s_per_token + answer_tokens / max(expected, 1.0) * step
 
 
 def request_tokens_per_second(expected: float, step_s: float | None, *, answer_tokens: int, prompt_tokens: int,
-                              prefill_s_per_token: float, context: ContextCost = NO_CONTEXT_COST,
-                              overhead_s: float = 0.0) -> float | None:
+                              prefill_s_per_token: float, context: ContextCost = NO_CONTEXT_COST) -> float | None:
     """Tokens/s a client sees over a whole request (prefill included); ``tokens_per_second`` without a prompt."""
     if step_s is None or step_s <= 0 or answer_tokens <= 0:
         return None
     return answer_tokens / request_seconds(expected, step_s, answer_tokens=answer_tokens, prompt_tokens=prompt_tokens,
-                                           prefill_s_per_token=prefill_s_per_token, context=context,
-                                           overhead_s=overhead_s)
+                                           prefill_s_per_token=prefill_s_per_token, context=context)
 
 
 @dataclass(frozen=True)

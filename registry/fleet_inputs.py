@@ -72,8 +72,7 @@ def gather(session: Session, verifier: str, **settings: Any) -> Inputs:
     pooled: dict[tuple[int | None, int], dict[int, list[float]]] = defaultdict(dict)
     prefill: dict[tuple[int | None, int], list[float]] = defaultdict(list)
     context: dict[tuple[int | None, int], list[ContextCost]] = defaultdict(list)
-    fits: dict[tuple[int | None, int], list[tuple[float, float]]] = defaultdict(list)
-    measured, growth, fitted = _prefill_figures(session), _context_figures(session), _fit_figures(session)
+    measured, growth = _prefill_figures(session), _context_figures(session)
     views = [v for v in deployments.views(session) if v.verifier_name == verifier and v.step_s]
     for view in with_shared_steps(views):
         key = (vocab.get(view.draft), view.k or 0) if view.draft else (None, 0)
@@ -83,15 +82,11 @@ def gather(session: Session, verifier: str, **settings: Any) -> Inputs:
             prefill[key].append(figure)
         if (cost := growth.get((view.name, view.draft or "none", view.k or 0))) is not None:
             context[key].append(cost)
-        if (fit := fitted.get((view.name, view.draft or "none", view.k or 0))) is not None:
-            fits[key].append(fit)
     curves = {key: {b: sum(v) / len(v) for b, v in sorted(points.items())} for key, points in pooled.items()}
     return Inputs(offline=offline, offline_samples=samples, live=live, curves=curves, calibrated=bool(curves),
                   prefill={key: sum(v) / len(v) for key, v in prefill.items()},
                   context={key: ContextCost(sum(c.s_per_token for c in v) / len(v), sum(c.measured_at for c in v) / len(v))
-                           for key, v in context.items()},
-                  fits={key: (sum(f[0] for f in v) / len(v), sum(f[1] for f in v) / len(v)) for key, v in fits.items()},
-                  **settings)
+                           for key, v in context.items()}, **settings)
 
 
 def _prefill_figures(session: Session) -> dict[tuple[str, str, int], float]:
@@ -119,18 +114,6 @@ def _context_figures(session: Session) -> dict[tuple[str, str, int], ContextCost
         at = _number(point.details.get("context_tokens"), 0.0, 1e6)
         if slope is not None and at is not None:
             out[(point.deployment, point.draft_name, point.k)] = ContextCost(slope, at)
-    return out
-
-
-def _fit_figures(session: Session) -> dict[tuple[str, str, int], tuple[float, float]]:
-    """(deployment, draft, k) -> (overhead seconds per request, decode step seconds) of the newest batch-1
-    calibration fitted by least squares (router.calibrate; an overhead under a minute, a step under ten seconds)."""
-    out: dict[tuple[str, str, int], tuple[float, float]] = {}
-    for point in calibrations.latest(session):
-        overhead = _number(point.details.get("overhead_s"), 0.0, 60.0)
-        step = _number(point.details.get("decode_step_s"), 1e-6, 10.0)
-        if point.batch_size == 1 and overhead is not None and step is not None:
-            out[(point.deployment, point.draft_name, point.k)] = (overhead, step)
     return out
 
 

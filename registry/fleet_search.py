@@ -4,7 +4,7 @@ Candidates are every active draft of the verifier at k = 1..MAX_PLAN_K (multilin
 drafts alike) and no speculation. For each (language x domain) cell of the traffic, a candidate's predicted
 tokens/s of one stream is, prefill included (core.speed.request_tokens_per_second),
 
-    tps(d, c) = A / (overhead_d + P * prefill + (A / E_d,c) * step_d(b))
+    tps(d, c) = A / (P * prefill + (A / E_d,c) * step_d(b))
 
 with A answer tokens, P prompt tokens, step_d(b) at the request's mean context P + A/2 (calibration measures
 the step's growth per context token), E from the draft's offline acceptance on the language blended with the
@@ -71,8 +71,6 @@ class Inputs:
     curves: Mapping[tuple[int | None, int], dict[int, float]]  # (vocab, k) -> step curve; (None, 0): plain
     prefill: Mapping[tuple[int | None, int], float] = field(default_factory=dict)  # (vocab, k) -> s per prompt token
     context: Mapping[tuple[int | None, int], ContextCost] = field(default_factory=dict)  # (vocab, k) -> step growth
-    # (vocab, k) -> (overhead s per request, decode step s at batch 1): calibration's least-squares fit, where it had one
-    fits: Mapping[tuple[int | None, int], tuple[float, float]] = field(default_factory=dict)
     answer_tokens: int = 96
     prompt_tokens: int = 110
     concurrency: float = 1.0
@@ -154,26 +152,12 @@ class Model:
         self.prefill = prefill_cost(inputs, Candidate("no-spec", None, 0, None), plain_s)  # the verifier alone's
         self.contexts = {c.name: context_cost(inputs, c) for c in self.candidates}
         self.context = context_cost(inputs, Candidate("no-spec", None, 0, None))  # the verifier alone's
-        # A candidate whose own (vocab, k) calibration was fitted: its per-request overhead apart, and its step
-        # without the overhead and prefill a wall time over steps holds (request_fit). Others: none, that step.
-        self.fits = {c.name: inputs.fits.get((c.vocab, c.k) if c.draft is not None else (None, 0))
-                     for c in self.candidates}
-        self.overhead = (inputs.fits.get((None, 0)) or (0.0, 0.0))[0]  # the verifier alone's
         self.expected = {(c.name, x.key): estimate(inputs, c, x).mean(c.k) if c.draft else 1.0
                          for c in self.candidates for x in self.cells}
         self._tps: dict[tuple[str, str, float], float] = {}
 
     def step(self, cand: Candidate, batch: float) -> float:
-        """The decode step at ``batch``: the calibrated curve; with a fit, shifted so that batch 1 is the fit's step."""
-        curve = self.curves[cand.name]
-        step = interpolate(curve, batch) or PRIOR_PLAIN_STEP_S
-        if (fit := self.fits.get(cand.name)) is not None:
-            step = max(fit[1], step - (interpolate(curve, 1) or step) + fit[1])
-        return step
-
-    def overhead_s(self, cand: Candidate) -> float:
-        fit = self.fits.get(cand.name)
-        return fit[0] if fit is not None else 0.0
+        return interpolate(self.curves[cand.name], batch) or PRIOR_PLAIN_STEP_S
 
     def tps(self, cand: Candidate, cell: Cell, batch: float = 1.0) -> float:
         key = (cand.name, cell.key, batch)
@@ -186,7 +170,7 @@ class Model:
                                          answer_tokens=self.inputs.answer_tokens,
                                          prompt_tokens=self.inputs.prompt_tokens,
                                          prefill_s_per_token=self.prefills[cand.name],
-                                         context=self.contexts[cand.name], overhead_s=self.overhead_s(cand)) or 0.0
+                                         context=self.contexts[cand.name]) or 0.0
 
     def assign(self, fleet: Mapping[str, int]) -> tuple[float, dict[str, tuple[Candidate, float]]]:
         """The weighted tokens/s of a fleet (candidate name -> replicas) and each cell's (deployment, tps):
@@ -309,9 +293,6 @@ def _as_plan(model: Model, verifier: str, engines: int, fleet: dict[str, int], m
                      "prefill_ms_per_token": round(model.prefill * 1e3, 3),
                      "prefill": "calibrated" if inputs.prefill else "prior (no engine's prefill measured)",
                      "context_ms_per_token": round(model.context.s_per_token * 1e3, 4),
-                     "overhead_ms_per_request": round(model.overhead * 1e3, 1),
-                     "request_cost": "least squares over calibration's requests" if inputs.fits
-                     else "wall time over steps (no calibration fitted)",
                      "concurrency": inputs.concurrency,
                      "step_times": "calibrated" if inputs.calibrated else "prior (no calibrated engine)",
                      "objective": "sum over cells of share x predicted tokens/s of one stream"})

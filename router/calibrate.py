@@ -20,11 +20,11 @@ their step time holds.
 
 At batch 1, every request of the step waves and of the pairs also enters one least-squares fit
 (core.speed.fit_request_cost): wall time on a per-request overhead, prompt tokens, steps and steps times the
-context. Its figures replace the pairs' medians (``prefill_s_per_token``, ``step_s_per_context_token``) and add
-``overhead_s`` and ``decode_step_s``, the step without the overhead and prefill a wall time over steps holds. A
-median of differences of a few noisy requests each came out 0-3 ms per prompt token on a loaded 2-core machine,
-where chat requests cost 3.5 (docs/speed.md); a fit over all of them, with a prompt twice as long, uses every
-request, and a mean, as a client's tokens/s does. The warm-up runs a full-length answer and the long prompt.
+context. Its prefill and growth replace the pairs' medians (``prefill_s_per_token``, ``step_s_per_context_token``;
+the medians stay as ``..._pairs``): a median of differences of a few noisy requests came out 0-3 ms per prompt
+token on a loaded 2-core machine, where chat requests cost 3.5 (docs/speed.md). ``overhead_s`` and
+``decode_step_s`` are stored beside them and read by no model (docs/speed.md says why). The warm-up runs a
+full-length answer and the long prompt.
 
 Acceptance does not matter here: the speed model takes tokens per step from the acceptance figures, and
 the step time of an engine hardly depends on how many drafts the verifier accepts.
@@ -235,7 +235,7 @@ def _point(batch: int, samples: list[tuple[float, int, int, int]], max_tokens: i
     if context:
         details["step_s_per_context_token"] = statistics.median(context)
     # Batch 1 with the pairs: every request of the point and of the pairs in one least-squares fit (the medians
-    # above are its fallback): the figures the planner reads, and a per-request overhead besides.
+    # above are its fallback): the prefill and growth the planner reads, and the overhead and decode step besides.
     if pairs and (fit := fit_request_cost([*samples, *pairs], details["context_tokens"])) is not None:
         details.update({f"{key}_pairs": details[key] for key in ("prefill_s_per_token", "step_s_per_context_token")
                         if key in details})  # the medians, kept beside the fit to compare

@@ -17,7 +17,7 @@ def _row(backend: str, seconds: float, tokens: int = 96, steps: int = 32, ok: bo
 
 
 def test_the_first_request_gets_the_offline_model_and_later_ones_the_counts_before_them() -> None:
-    online = Online({("m", "fr"): (3.0, 0.08, 0.003, CONTEXT, 0.0)}, prior_steps=100, prior_requests=4)
+    online = Online({("m", "fr"): (3.0, 0.08, 0.003, CONTEXT)}, prior_steps=100, prior_requests=4)
     first = online.seconds(_row("m", 4.0), "fr", 110)
     assert first == pytest.approx(request_seconds(3.0, 0.08, answer_tokens=96, prompt_tokens=110,
                                                   prefill_s_per_token=0.003, context=CONTEXT))
@@ -31,20 +31,9 @@ def test_the_first_request_gets_the_offline_model_and_later_ones_the_counts_befo
                                                    prefill_s_per_token=0.003, context=CONTEXT))
 
 
-def test_a_fitted_overhead_is_added_once_per_request_and_kept_out_of_the_live_step() -> None:
-    online = Online({("m", "fr"): (3.0, 0.07, 0.003, CONTEXT, 0.4)}, prior_steps=100, prior_requests=4)
-    first = online.seconds(_row("m", 4.0), "fr", 110)
-    assert first == pytest.approx(0.4 + request_seconds(3.0, 0.07, answer_tokens=96, prompt_tokens=110,
-                                                        prefill_s_per_token=0.003, context=CONTEXT))
-    online.seconds(_row("m", 4.0), "fr", 110)
-    # the first request's own step: its overhead and prefill taken out, at calibration's context
-    own = (4.0 - 0.4 - 110 * 0.003) / 32 - 0.0001 * (110 + 48 - 50)
-    assert online.steps["m"] == [pytest.approx(2 * own), 2]
-
-
 def test_counts_are_kept_per_engine_and_language_and_bad_rows_predict_nothing() -> None:
-    online = Online({("m", "fr"): (3.0, 0.08, 0.003, CONTEXT, 0.0), ("m", "ja"): (2.0, 0.08, 0.003, CONTEXT, 0.0),
-                     ("p", "fr"): (1.0, 0.06, 0.003, CONTEXT, 0.0)}, prior_steps=100, prior_requests=4)
+    online = Online({("m", "fr"): (3.0, 0.08, 0.003, CONTEXT), ("m", "ja"): (2.0, 0.08, 0.003, CONTEXT),
+                     ("p", "fr"): (1.0, 0.06, 0.003, CONTEXT)}, prior_steps=100, prior_requests=4)
     ja_before = request_seconds(2.0, 0.08, answer_tokens=96, prompt_tokens=110, prefill_s_per_token=0.003,
                                 context=CONTEXT)
     online.seconds(_row("m", 12.0, steps=96), "fr", 110)  # a slow French request with nothing accepted

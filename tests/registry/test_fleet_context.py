@@ -96,30 +96,3 @@ def test_context_falls_back_from_the_engine_to_its_vocabulary_to_any_engine_to_n
     assert context_cost(inputs({(None, 0): own, (8192, 3): other}), plain) == own
     assert context_cost(inputs({}), plain) == ContextCost()
 
-
-def test_a_fitted_calibration_adds_its_overhead_once_per_request_and_steps_at_its_decode_step(
-        reg, multi, registry_url) -> None:
-    """A calibration fitted by least squares (router.calibrate) gives the plan a per-request overhead and a decode
-    step without it: tps = A / (overhead + P prefill + A / E step). At batch 1 the step is the fitted one."""
-    _calibrate(reg, "m", 0.09, step_s_per_context_token=0.0001, context_tokens=48, overhead_s=0.4, decode_step_s=0.075)
-    _calibrate(reg, "p", 0.06, overhead_s=0.35, decode_step_s=0.05)
-    data = json.loads(_plan(registry_url, "--engines", "1", "--traffic", "ja=1", "--json").stdout)
-    [cell] = data["predicted"]
-    step = 0.075 + 0.0001 * (110 + 48 - 48)
-    assert cell["step_ms"] == pytest.approx(75.0)
-    assert cell["tps"] == pytest.approx(96 / (0.4 + 110 * 0.003 + 96 / cell["tokens_per_step"] * step), rel=1e-3)
-    # the verifier alone has no context figure of its own: it reads the one engine's that has (context_cost)
-    assert cell["plain_tps"] == pytest.approx(96 / (0.35 + 110 * 0.003 + 96 * (0.05 + 0.0001 * 110)), rel=1e-3)
-    assert data["assumptions"]["overhead_ms_per_request"] == pytest.approx(350.0)
-    assert data["assumptions"]["request_cost"].startswith("least squares")
-
-
-@pytest.mark.parametrize("details", [{"overhead_s": -1.0, "decode_step_s": 0.05}, {"overhead_s": 0.3},
-                                     {"overhead_s": "0.3", "decode_step_s": 0.05}, {"overhead_s": 0.3, "decode_step_s": 0}])
-def test_a_bad_or_partial_fit_in_a_calibration_row_is_ignored(reg, multi, registry_url, details) -> None:
-    _calibrate(reg, "m", 0.09)
-    _calibrate(reg, "p", 0.06, **details)
-    data = json.loads(_plan(registry_url, "--engines", "1", "--traffic", "ja=1", "--json").stdout)
-    [cell] = data["predicted"]
-    assert cell["plain_tps"] == pytest.approx(96 / (110 * 0.003 + 96 * 0.06), rel=1e-3)
-    assert data["assumptions"]["overhead_ms_per_request"] == 0

@@ -57,7 +57,7 @@ def merge_points(first: list[dict[str, Any]], repeat: list[dict[str, Any]]) -> l
             continue
         details = dict(p["details"])
         for key in ("prefill_s_per_token", "step_s_per_context_token", "context_tokens", "tokens_per_step",
-                    "overhead_s", "decode_step_s"):
+                    "overhead_s", "decode_step_s", "prefill_s_per_token_pairs", "step_s_per_context_token_pairs"):
             if key in p["details"] and key in q["details"]:
                 details[key] = (p["details"][key] + q["details"][key]) / 2
         details["repeat_step_ratio"] = q["step_s"] / p["step_s"]

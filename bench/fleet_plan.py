@@ -288,6 +288,8 @@ def main(
                                 "(LANGUAGE=SHARE; default: the demo's); a row equal over every language is added."),
     budget_min: float = typer.Option(60.0, help="No new round starts after this many minutes of traffic."),
     end_by: Optional[str] = typer.Option(None, help="HH:MM UTC: no new round starts that would end after it."),
+    calibrate_waves: int = typer.Option(6, min=2, help="Step requests and prefill pairs per calibration (each engine is "
+                                        "calibrated twice): fewer leave more of --end-by to traffic."),
     engine_gib: float = typer.Option(3.0, help="Memory one engine takes (KV cache of KV_MIB); the run is refused "
                                      "before anything starts when the engines do not fit in available memory."),
     logs: Path = typer.Option(ROOT / "out" / "fleet_plan-logs"),
@@ -317,10 +319,10 @@ def main(
     prompts = load_prompts(langs, turns)
     plen = chat_tokens(verifier.path, prompts)
     mean_plen = round(sum(plen.values()) / len(plen))
-    # Batch 1 only: the bench sends one request at a time. Six requests per engine (engines of one shape pooled)
-    # and six prefill and context pairs, on a machine nobody else uses meanwhile, then all of it again: the
+    # Batch 1 only: the bench sends one request at a time. --calibrate-waves requests per engine (engines of one shape
+    # pooled) and as many prefill and context pairs, on a machine nobody else uses meanwhile, then all of it again: the
     # model reads the mean of the two, and the JSON keeps both (``calibration_repeat``) to check one against the other.
-    calibrate = {"batches": [1], "waves": 6, "max_tokens": 64}
+    calibrate = {"batches": [1], "waves": calibrate_waves, "max_tokens": 64}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     try:
         with tempfile.TemporaryDirectory(prefix="polyspec-fleet-") as tmp, ExitStack() as stack:

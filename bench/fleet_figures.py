@@ -74,6 +74,10 @@ def language_figures(rows: list[dict[str, Any]], lang: str, k: int) -> dict[str,
         s: round(out["predicted_tps_online"][s] / out[f"{s}_tps"], 3)
         if out["predicted_tps_online"][s] and out[f"{s}_tps"] else None for s in SYSTEMS}
     out["mean_acceptance_length"] = {s: cells[s]["mean_acceptance_length"] for s in SYSTEMS}
+    # the model's tokens per step beside it (the prediction's acceptance; the counted one is the MAL above)
+    out["model_tokens_per_step"] = {s: round(sum(e) / len(e), 3) if e else None for s in SYSTEMS
+                                    for e in [[r["model_tokens_per_step"] for r in mine if r["system"] == s and r["ok"]
+                                               and r.get("model_tokens_per_step")]]}
     out["errors"] = {s: cells[s]["errors"] for s in SYSTEMS}
     return out
 

@@ -87,8 +87,10 @@ def test_the_online_target_is_judged_apart_from_the_offline_one() -> None:
 def test_a_cell_s_mean_acceptance_length_counts_every_bucket_of_a_deeper_engine() -> None:
     """The planned fleet's k = 4 engine reports five histogram buckets; a cell judged at the run's k = 3 keeps them."""
     rows = [{"language": "fr", "prompt_id": f"fr-{n}", "system": system, "ok": True, "tokens": 96, "seconds": 4.0,
-             "backend": system, "slot": 0, "histogram": hist, "spec_steps": sum(hist), "misrouted": False}
+             "backend": system, "slot": 0, "histogram": hist, "spec_steps": sum(hist), "misrouted": False,
+             "model_tokens_per_step": 3.3 if hist else 1.0}
             for n in range(2) for system, hist in (("no_spec", []), ("specialist_fleet", [10, 10, 10, 10]),
                                                    ("planned_fleet", [10, 0, 0, 0, 10]))]
     mal = language_figures(rows, "fr", k=3)["mean_acceptance_length"]
     assert mal["planned_fleet"] == pytest.approx(3.0) and mal["specialist_fleet"] == pytest.approx(2.5)
+    assert language_figures(rows, "fr", k=3)["model_tokens_per_step"]["planned_fleet"] == pytest.approx(3.3)

@@ -117,7 +117,7 @@ def targets_table(records: list[dict], drafts: list[str], lang_of: dict[str, str
     base = next((r["draft"] for r in records if r.get("role") == "base"), None)
     if base is None:
         return []
-    lines = [f"Targets: MAL ≥ {TARGET_ALL} over all answers; over non-degenerate answers ≥ the base "
+    lines = [f"Targets (issue 16): MAL ≥ {TARGET_ALL} over all answers; over non-degenerate answers ≥ the base "
              f"(`{base}`) on that language + {TARGET_GAIN}; English through the draft ≥ the base's English "
              f"− {ENGLISH_SLACK}; the base itself: {BASE_TARGET[0]} / {BASE_TARGET[1]}. Each cell: the figure, then its distance to the target.", "",
              "| draft | language | all | non-degenerate | English |",

@@ -26,6 +26,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 
 def expected_tokens(acceptance: Sequence[float], k: int) -> float:
     """Tokens per verify step at ``k`` drafted tokens, from per-position rates measured at some k'.
@@ -257,20 +259,9 @@ def fit_request_cost(samples: Sequence[Sample], measured_at: float) -> RequestCo
 
 
 def _least_squares(x: Sequence[Sequence[float]], y: Sequence[float]) -> list[float] | None:
-    """Ordinary least squares by the normal equations (a few columns); None when they are singular."""
-    n = len(x[0])
-    a = [[sum(r[i] * r[j] for r in x) for j in range(n)] + [sum(r[i] * v for r, v in zip(x, y, strict=True))]
-         for i in range(n)]
-    for col in range(n):
-        pivot = max(range(col, n), key=lambda i: abs(a[i][col]))
-        if abs(a[pivot][col]) < 1e-12 * max(1.0, max(abs(v) for row in a for v in row[:n])):
-            return None
-        a[col], a[pivot] = a[pivot], a[col]
-        for i in range(n):
-            if i != col:
-                f = a[i][col] / a[col][col]
-                a[i] = [u - f * v for u, v in zip(a[i], a[col], strict=True)]
-    return [a[i][n] / a[i][i] for i in range(n)]
+    """Ordinary least squares (numpy's); None when the columns are linearly dependent."""
+    coef, _, rank, _ = np.linalg.lstsq(np.asarray(x, dtype=float), np.asarray(y, dtype=float), rcond=None)
+    return None if rank < len(x[0]) else [float(c) for c in coef]
 
 
 def draft_step(plain_s: float, ref_s: float, *, k: int, ref_k: int, vocab: int, ref_vocab: int,

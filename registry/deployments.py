@@ -118,12 +118,14 @@ def _view(session: Session, row: Deployment) -> DeploymentView:
 
 
 def _offline_acceptance(session: Session, draft: Draft | None) -> tuple[dict[str, list[float]], dict[str, int]]:
-    """Per language, the offline evaluation the speed model reads: over the non-degenerate answers when the
-    draft has one for the language, else over all answers; among those, the one with the most prompts (the
-    newest on a tie). Offline answers run long and most end in repetition loops, which any draft predicts
-    well; served answers loop far less, so the all-answer figure ran 8-32 % above the tokens per step a
-    CPU fleet measured, the non-degenerate one within 11 % (docs/speed.md, "Acceptance"). Live counters take
-    over from either as traffic comes."""
+    """Per language, the evaluation the speed model reads before live counters exist (``_preference``): a vLLM
+    engine's own counts over all its answers where the draft has one for the language, else the teacher-forced
+    figure over the non-degenerate answers, else over all answers; among equals, the one with the most prompts
+    (the newest on a tie). A vLLM evaluation at the served answer length counts what the router will count.
+    Teacher-forced answers run long and most end in repetition loops, which any draft predicts well; served
+    answers loop far less, so the all-answer figure ran 8-32 % above the tokens per step a CPU fleet measured,
+    the non-degenerate one up to 13 % (docs/speed.md, "Acceptance"). Live counters take over from any of them
+    as traffic comes."""
     if draft is None:
         return {}, {}
     chosen: dict[str, Evaluation] = {}
@@ -131,11 +133,18 @@ def _offline_acceptance(session: Session, draft: Draft | None) -> tuple[dict[str
                                      Evaluation.subset.in_(("all", "non_degenerate")), Evaluation.domain == "general")
     for ev in session.scalars(query.order_by(Evaluation.id)):
         have = chosen.get(ev.language)
-        if have is None or (ev.subset == "non_degenerate", ev.num_prompts or 0) >= \
-                (have.subset == "non_degenerate", have.num_prompts or 0):
+        if have is None or _preference(ev) >= _preference(have):
             chosen[ev.language] = ev
     return ({lang: list(ev.acceptance or []) for lang, ev in sorted(chosen.items())},
             {lang: int(ev.num_prompts or 0) for lang, ev in sorted(chosen.items())})
+
+
+def _preference(ev: Evaluation) -> tuple[bool, bool, int]:
+    """How much the speed model trusts an evaluation: measured by a vLLM engine (over all its answers, as the
+    router counts them) before teacher-forced; then the non-degenerate subset of a teacher-forced one; then the
+    number of prompts."""
+    served = ev.method == "vllm"
+    return served, ev.subset == ("all" if served else "non_degenerate"), ev.num_prompts or 0
 
 
 def _best_mal(session: Session, draft: Draft | None) -> dict[str, float]:

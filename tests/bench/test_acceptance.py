@@ -27,7 +27,9 @@ def test_from_shipped_writes_the_contract(tmp_path, verifier):
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = json.loads((tmp_path / "acceptance.json").read_text())
     assert records and all(KEYS <= set(r) for r in records)
-    assert all(r["k"] == 3 and len(r["positions"]) == 3 and r["method"] in ("offline", "vllm") for r in records)
+    assert all(len(r["positions"]) == r["k"] and r["method"] in ("offline", "vllm") for r in records)
+    # teacher-forced figures at k = 3; a vLLM engine's at the k it serves (the multilingual draft's k = 4)
+    assert {r["k"] for r in records if r["method"] == "offline"} == {3}
     for r in records:  # the contract's arithmetic: MAL = 1 + sum of positions, positions non-increasing
         assert r["mean_acceptance_length"] == pytest.approx(1 + sum(r["positions"]), abs=1e-3)
         assert r["positions"] == sorted(r["positions"], reverse=True)

@@ -46,6 +46,24 @@ def test_the_newest_calibration_reaches_the_deployment_view(reg, deployed) -> No
     assert event.details["draft"] == "none" and event.details["k"] == 0
 
 
+def test_a_vllm_evaluation_at_served_length_comes_before_teacher_forced_ones(reg, deployed) -> None:
+    """What a vLLM engine counted over all its answers is what the router will count: the speed model takes it
+    over a teacher-forced figure, even one over more prompts, and over the engine's non-degenerate subset."""
+    reg.add_evaluation(deployed, benchmark="served-24", language="fr", k=4, acceptance=[0.45, 0.25, 0.15, 0.1],
+                       method="vllm", num_prompts=24)
+    reg.add_evaluation(deployed, benchmark="served-24", language="fr", k=4, acceptance=[0.6, 0.4, 0.3, 0.2],
+                       method="vllm", num_prompts=20, subset="non_degenerate")
+    reg.add_evaluation(deployed, benchmark="mtbench", language="de", k=3, acceptance=[0.4, 0.2, 0.1],
+                       method="vllm", num_prompts=10, subset="non_degenerate")
+    reg.add_evaluation(deployed, benchmark="mtbench", language="de", k=3, acceptance=[0.7, 0.5, 0.3],
+                       method="offline", num_prompts=80, subset="non_degenerate")
+    view = next(d for d in reg.active_deployments() if d.name == "en-engine")
+    assert view.offline_acceptance["fr"] == [0.45, 0.25, 0.15, 0.1]
+    assert view.offline_samples["fr"] == 24
+    # a vLLM figure's non-degenerate subset, when it is all there is, still comes before a teacher-forced one
+    assert view.offline_acceptance["de"] == [0.4, 0.2, 0.1]
+
+
 def test_a_calibration_of_another_draft_is_not_used(reg, deployed, base_draft_dir: Path) -> None:
     """A deployment re-pointed to another draft is uncalibrated until calibrated again: the old step costs
     were measured with another draft model."""

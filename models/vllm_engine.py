@@ -226,7 +226,9 @@ class VllmEngine:
                 if time.monotonic() > deadline:
                     self.stop()
                     raise self._failure(f"was not ready after {timeout:.0f}s (stopped)")
-                time.sleep(1.0)
+                # A refused connection costs microseconds: polling at 0.25 s instead of 1 s gives callers (`up`,
+                # adapt's canary, the tests' ~25 engine starts) a ready engine 0.4 s sooner on average.
+                time.sleep(0.25)
 
     def self_check(self, reference: Reference, timeout: float = 120.0) -> SelfCheckReport:
         """Compare the running engine's greedy tokens with the verifier's ``reference`` (polyspec.core.selfcheck).

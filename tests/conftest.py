@@ -70,13 +70,9 @@ SHARED_SERVED_NAME = "smollm2"  # the model name the shared engines serve
 
 
 @pytest.fixture(scope="session")
-def engine_processes(verifier, tmp_path_factory):
-    """Two real vLLM engines, lang -> VllmEngine, started once per session and shared by every test area:
-    an engine start is the slow part of the suite, so a test that needs a live engine but not its own
-    draft or flags uses these. They serve the shipped English base and French drafts (trained, so
-    acceptance is non-zero and telemetry comparisons are not vacuous) with 1 unpinned OpenMP thread each
-    (2-core machine). tests/router/test_faults_engines.py kills and restarts the French one on its port;
-    every other test sees them as started."""
+def _shared_engines(verifier, tmp_path_factory):
+    """The shared engines of engine_processes, started (their processes launched, not yet waited for) and stopped
+    at the end of the session."""
     from polyspec.models.shipped import shipped_for_language
     from polyspec.models.vllm_engine import EngineSpec, VllmEngine
 
@@ -88,12 +84,35 @@ def engine_processes(verifier, tmp_path_factory):
                               served_model_name=SHARED_SERVED_NAME, cpu_bind="nobind", threads=1, kv_cache_gib=1,
                               max_model_len=1024)
             running[lang] = VllmEngine(spec, root / f"{lang}.log").start()
-        for engine in running.values():
-            engine.wait_ready(timeout=900, progress=False)
         yield running
     finally:
         for engine in running.values():
             engine.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _start_shared_engines_early(request: pytest.FixtureRequest) -> None:
+    """Launch the shared engines at the first test when a later test of this session needs them: an engine start
+    is mostly one core importing vLLM twice (API server, then engine core), about 20 s that otherwise stop the
+    suite at the first user, and here overlap the tests before it. Sessions that use no shared engine (or skip
+    them, POLYSPEC_SKIP_INTEGRATION=1) start none."""
+    skipped = os.environ.get("POLYSPEC_SKIP_INTEGRATION") == "1"
+    if not skipped and any("engine_processes" in item.fixturenames for item in request.session.items):
+        request.getfixturevalue("_shared_engines")
+
+
+@pytest.fixture(scope="session")
+def engine_processes(_shared_engines):
+    """Two real vLLM engines, lang -> VllmEngine, started once per session and shared by every test area:
+    an engine start is the slow part of the suite, so a test that needs a live engine but not its own
+    draft or flags uses these. They serve the shipped English base and French drafts (trained, so
+    acceptance is non-zero and telemetry comparisons are not vacuous) with 1 unpinned OpenMP thread each
+    (2-core machine); launched at the session's first test (_start_shared_engines_early), waited for here.
+    tests/router/test_faults_engines.py kills and restarts the French one on its port; every other test sees
+    them as started."""
+    for engine in _shared_engines.values():
+        engine.wait_ready(timeout=900, progress=False)
+    return _shared_engines
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -9,7 +9,7 @@ The fit is sized for a CPU: one sample per step (256-token packing) and one TTT 
 first position (the one the assertions weigh most) at a sixth of the cost of three TTT steps (the same 152 steps:
 fit 24 s against 135 s). Five epochs at 1e-3 give 156 steps. Held-out mean acceptance length against the parent's
 1.000, first-position acceptance in brackets: this test (seed 0, interrupted and resumed) 1.241 [0.202]. With 40
-training prompts (20 % more answers and hidden states, 131 s against 91 s for the test on the same machine) it read
+training prompts (20 % more answers and hidden states: 89 s against 79 s for the test, back to back) it read
 1.264 [0.254], seeds 1 and 2 uninterrupted 1.236 [0.215] and 1.246 [0.239]; ten epochs of three TTT steps at 1024-token
 packing gave 1.307. Three TTT steps are trained in tests/adapt/test_e2e.py and test_multilingual_run.py.
 """

@@ -16,7 +16,7 @@ class Online:
     predicts: acceptance blends the offline figure (``prior_steps`` steps of evidence, the router's
     prior_spec_steps) with the tokens per step counted on the earlier requests of the same (engine, language);
     the step blends the calibrated one (``prior_requests`` requests, prior_step_requests) with the earlier
-    requests' steps on that engine (their seconds less prefill, over their steps, brought to calibration's
+    requests' steps on that engine (their seconds less the prefill beyond calibration's prompt, over their steps, brought to calibration's
     context). Nothing of a request enters its own prediction."""
 
     def __init__(self, model: dict[tuple[str, str], Prediction], prior_steps: int = 2000, prior_requests: int = 20) -> None:
@@ -39,7 +39,8 @@ class Online:
         if row["spec_steps"]:  # an engine with a draft: its tokens per step
             self.counted[(row["backend"], language)] = [tokens + row["tokens"], steps + taken]
         mean_context = prompt_tokens + row["tokens"] / 2
-        own = (row["seconds"] - prompt_tokens * prefill) / taken - context.s_per_token * (mean_context - context.measured_at)
+        own = (row["seconds"] - (prompt_tokens - context.prompt_at) * prefill) / taken \
+            - context.s_per_token * (mean_context - context.measured_at)
         if own > 0:
             self.steps[row["backend"]] = [total + own, n + 1]
         return seconds

@@ -322,7 +322,8 @@ def main(
     # Batch 1 only: the bench sends one request at a time. --calibrate-waves requests per engine (engines of one shape
     # pooled) and as many prefill and context pairs, on a machine nobody else uses meanwhile, then all of it again: the
     # model reads the mean of the two, and the JSON keeps both (``calibration_repeat``) to check one against the other.
-    calibrate = {"batches": [1], "waves": calibrate_waves, "max_tokens": 64}
+    # at the traffic's answer length, so that the calibrated step holds the per-request costs in the same share
+    calibrate = {"batches": [1], "waves": calibrate_waves, "max_tokens": max_tokens}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     try:
         with tempfile.TemporaryDirectory(prefix="polyspec-fleet-") as tmp, ExitStack() as stack:

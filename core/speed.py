@@ -173,12 +173,16 @@ PREFILL_STEPS_PER_TOKEN = 0.076
 
 @dataclass(frozen=True)
 class ContextCost:
-    """How a decode step grows with its context (attention over more tokens): ``s_per_token`` seconds per token
-    of context, from a step time measured at a mean context of ``measured_at`` tokens (router.calibrate's
-    ``step_s_per_context_token`` and ``context_tokens``). The default adds nothing."""
+    """How a request's cost depends on its context, relative to the requests a step time was measured on: a
+    decode step grows by ``s_per_token`` seconds per token of context (attention over more tokens) from a step
+    measured at a mean context of ``measured_at`` tokens (router.calibrate's ``step_s_per_context_token`` and
+    ``context_tokens``), and that step already holds the prefill of a ``prompt_at``-token prompt (its
+    ``prompt_tokens``: calibration's chat turns), so only the prompt tokens beyond it add prefill. The default
+    adds nothing and counts every prompt token's prefill."""
 
     s_per_token: float = 0.0
     measured_at: float = 0.0
+    prompt_at: float = 0.0
 
     def step(self, step_s: float, context_tokens: float) -> float:
         """The step at a mean context of ``context_tokens``; never below half the measured step (a context
@@ -189,12 +193,23 @@ class ContextCost:
 NO_CONTEXT_COST = ContextCost()
 
 
+def mean_context_cost(costs: Sequence[ContextCost]) -> ContextCost:
+    """The figures of several engines' calibrations averaged (engines of one shape, or the closest ones)."""
+    if not costs:
+        return NO_CONTEXT_COST
+    n = len(costs)
+    return ContextCost(sum(c.s_per_token for c in costs) / n, sum(c.measured_at for c in costs) / n,
+                       sum(c.prompt_at for c in costs) / n)
+
+
 def request_seconds(expected: float, step_s: float, *, answer_tokens: int, prompt_tokens: int,
                     prefill_s_per_token: float, context: ContextCost = NO_CONTEXT_COST) -> float:
-    """Wall time of one request: its prompt's prefill, then ``answer_tokens / expected`` steps, each at the
-    request's mean context (the prompt and half the answer)."""
+    """Wall time of one request: ``answer_tokens / expected`` steps, each at the request's mean context (the
+    prompt and half the answer), and the prefill of the prompt tokens the step does not hold (beyond
+    ``context.prompt_at``; a shorter prompt saves its difference, down to half the steps' time)."""
     step = context.step(step_s, prompt_tokens + answer_tokens / 2)
-    return prompt_tokens * prefill_s_per_token + answer_tokens / max(expected, 1.0) * step
+    decode = answer_tokens / max(expected, 1.0) * step
+    return max(decode / 2, decode + (prompt_tokens - context.prompt_at) * prefill_s_per_token)
 
 
 def request_tokens_per_second(expected: float, step_s: float | None, *, answer_tokens: int, prompt_tokens: int,

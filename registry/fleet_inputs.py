@@ -12,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from polyspec.core.languages import MULTILINGUAL, UNDETERMINED
-from polyspec.core.speed import ContextCost
+from polyspec.core.speed import ContextCost, mean_context_cost
 from polyspec.registry import calibrations, deployments
 from polyspec.registry.fleet_plan import Cell, FleetPlan, PlanError, cell
 from polyspec.registry.fleet_search import MAX_PLAN_K, Candidate, Inputs, plan_fleet
@@ -85,8 +85,7 @@ def gather(session: Session, verifier: str, **settings: Any) -> Inputs:
     curves = {key: {b: sum(v) / len(v) for b, v in sorted(points.items())} for key, points in pooled.items()}
     return Inputs(offline=offline, offline_samples=samples, live=live, curves=curves, calibrated=bool(curves),
                   prefill={key: sum(v) / len(v) for key, v in prefill.items()},
-                  context={key: ContextCost(sum(c.s_per_token for c in v) / len(v), sum(c.measured_at for c in v) / len(v))
-                           for key, v in context.items()}, **settings)
+                  context={key: mean_context_cost(v) for key, v in context.items()}, **settings)
 
 
 def _prefill_figures(session: Session) -> dict[tuple[str, str, int], float]:
@@ -106,14 +105,16 @@ def _number(value: Any, low: float, high: float) -> float | None:
 
 
 def _context_figures(session: Session) -> dict[tuple[str, str, int], ContextCost]:
-    """(deployment, draft, k) -> the step's growth per context token and the context its step was measured at,
-    from the newest calibration that measured both (below 10 ms a token, a context under a million tokens)."""
+    """(deployment, draft, k) -> the step's growth per context token, the context its step was measured at and the
+    prompt it holds, from the newest calibration that measured the first two (below 10 ms a token, a context under
+    a million tokens)."""
     out: dict[tuple[str, str, int], ContextCost] = {}
     for point in calibrations.latest(session):
         slope = _number(point.details.get("step_s_per_context_token"), 0.0, 0.01)
         at = _number(point.details.get("context_tokens"), 0.0, 1e6)
+        prompt = _number(point.details.get("prompt_tokens"), 0.0, 1e6)  # absent in short-prompt calibrations
         if slope is not None and at is not None:
-            out[(point.deployment, point.draft_name, point.k)] = ContextCost(slope, at)
+            out[(point.deployment, point.draft_name, point.k)] = ContextCost(slope, at, min(prompt or 0.0, at))
     return out
 
 

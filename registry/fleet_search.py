@@ -4,10 +4,11 @@ Candidates are every active draft of the verifier at k = 1..MAX_PLAN_K (multilin
 drafts alike) and no speculation. For each (language x domain) cell of the traffic, a candidate's predicted
 tokens/s of one stream is, prefill included (core.speed.request_tokens_per_second),
 
-    tps(d, c) = A / (P * prefill + (A / E_d,c) * step_d(b))
+    tps(d, c) = A / ((P - P_d) * prefill + (A / E_d,c) * step_d(b))
 
-with A answer tokens, P prompt tokens, step_d(b) at the request's mean context P + A/2 (calibration measures
-the step's growth per context token), E from the draft's offline acceptance on the language blended with the
+with A answer tokens, P prompt tokens, P_d the prompt tokens calibration's chat turns held (their prefill is in
+step_d), step_d(b) at the request's mean context P + A/2 (calibration measures the step's growth per context
+token), E from the draft's offline acceptance on the language blended with the
 live counters of (language, domain, draft), and step_d(b) the step time at the batch b each replica runs
 (b = max(1, concurrency * its traffic share / replicas)). The objective is the traffic-weighted mean
 
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 
 from polyspec.core.speed import (
     NO_CONTEXT_COST, PREFILL_STEPS_PER_TOKEN, AcceptanceEstimate, ContextCost, blend_acceptance, draft_step, interpolate,
-    request_tokens_per_second,
+    mean_context_cost, request_tokens_per_second,
 )
 from polyspec.registry.fleet_plan import Cell, CellPrediction, FleetPlan, Marginal, PlanEntry, PlanError
 from polyspec.registry.records import LiveStatRecord
@@ -124,8 +125,7 @@ def context_cost(inputs: Inputs, cand: Candidate) -> ContextCost:
     for same in ([v for (vocab, k), v in measured.items() if k and vocab == cand.vocab and cand.draft is not None],
                  list(measured.values())):
         if same:
-            return ContextCost(sum(c.s_per_token for c in same) / len(same),
-                               sum(c.measured_at for c in same) / len(same))
+            return mean_context_cost(same)
     return NO_CONTEXT_COST
 
 

@@ -1,17 +1,21 @@
 """Engine calibration: measure an engine's step cost at several batch sizes, for the speed model (core.speed).
 
-For each batch size b, ``waves`` rounds of b concurrent completions, each generating exactly ``max_tokens``
-tokens (``ignore_eos``) from short prompts. A request's step time is its wall time over its steps: vLLM's
-per-request ``num_spec_steps`` with a draft, its tokens without one. The point stored for b is the median
-over the requests (prefill included: the figure is what a client sees, the same quantity the router
-measures live). One warm-up request first, so that no compile or cache fill lands in a measurement.
+For each batch size b, ``waves`` rounds of b concurrent chat requests, each generating exactly ``max_tokens``
+tokens (``ignore_eos``) from a chat turn of the length traffic has (``CHAT_PROMPTS``: eight languages, about 140
+prompt tokens with SmolLM2's template), each opened by a fresh tag so that no prefix cache serves its prompt. A
+request's step time is its wall time over its steps: vLLM's per-request ``num_spec_steps`` with a draft, its
+tokens without one. The point stored for b is the median over the requests (the prompt's prefill and the chat
+request's own costs included: the figure is what a client sees, the same quantity the router measures live), and
+``prompt_tokens`` in its details is the mean prompt those steps hold. One warm-up request first, so that no compile
+or cache fill lands in a measurement.
 Several engines are measured in turns, wave by wave (``calibrate_engines``), not one after another.
 
 Prefill is measured apart (``prefill_s_per_token`` in every point's details): after the step waves, ``waves``
 pairs of one-token completions, a short prompt and a long one, each opened by a fresh tag so that no prefix
 cache serves it; the figure is the median over the pairs of their time difference over their prompt-token
 difference. A chat request's prompt runs to hundreds of tokens and its prefill is a tenth of its time or
-more (docs/speed.md, "Prefill"); the step waves' short prompts hide almost none of it. Each pair also runs the two
+more (docs/speed.md, "Prefill"); the speed model adds it for a prompt's tokens beyond the step waves'
+``prompt_tokens`` (core.speed.request_seconds). Each pair also runs the two
 prompts to ``max_tokens`` (fresh tags again): their decode seconds per step (the full completion less the
 one-token one) differ by the context's cost, and the median over the pairs of that difference over the prompt-token
 difference is ``step_s_per_context_token``, the step's growth per token of context (attention over a longer
@@ -52,6 +56,34 @@ PROMPTS = (
     "Describe the water cycle to a ten-year-old.",
 )
 MAX_BATCH = 256
+# Chat turns for the step waves: traffic's length (78-226 tokens per MT-Bench first turn with the chat template, mean
+# about 130), so that the calibrated step holds the prefill and chat costs a served request pays. Written for this
+# file; the fleet bench sends none of them.
+CHAT_PROMPTS = (
+    "I am planning a two-week trip through northern Italy by train in late spring. I would like to see Milan, "
+    "Lake Como, Verona, Venice and Bologna, and I enjoy food markets, small museums and walks rather than big "
+    "tourist sights. Suggest an itinerary with how many nights to spend in each place, the train connections "
+    "between them, and one thing to eat in every city.",
+    "Je dois présenter à mon équipe les résultats d'un projet qui a pris du retard. Le budget a été respecté, "
+    "mais deux fonctionnalités importantes sont reportées au trimestre prochain. Peux-tu m'aider à rédiger un "
+    "court message honnête et positif qui explique la situation, ce que nous avons appris et le nouveau calendrier ?",
+    "Erkläre mir bitte, wie eine Wärmepumpe im Winter ein Haus heizen kann, obwohl es draußen kälter ist als "
+    "drinnen. Ich habe kein technisches Vorwissen. Gehe auf den Kältemittelkreislauf ein, sage, wann sich eine "
+    "Wärmepumpe lohnt, und nenne zwei typische Fehler bei der Planung.",
+    "Mi hermana empieza la universidad en otoño y quiere aprender a organizar su tiempo y su dinero. Escribe una "
+    "lista de diez consejos prácticos, cada uno con una frase de explicación, sobre el estudio, el presupuesto "
+    "mensual, el descanso y cómo pedir ayuda cuando algo va mal.",
+    "Sto scrivendo un racconto breve ambientato in un piccolo paese di montagna durante una nevicata che isola "
+    "tutti per tre giorni. Proponimi tre idee di trama diverse, ciascuna con un personaggio principale, un "
+    "conflitto e un finale inaspettato, in poche righe per idea.",
+    "Quero começar a correr três vezes por semana, mas nunca pratiquei desporto com regularidade e tenho algum "
+    "excesso de peso. Faz-me um plano de oito semanas para conseguir correr trinta minutos seguidos, com "
+    "conselhos sobre calçado, aquecimento e como evitar lesões.",
+    "Объясни, пожалуйста, простыми словами, как работает банковский вклад и чем он отличается от "
+    "инвестиций в облигации. Приведи пример с суммой в сто тысяч рублей на один год.",
+    "来月、友人の結婚式でスピーチをすることになりました。新郎とは大学時代からの友人です。"
+    "三分ほどの温かくてユーモアのあるスピーチの構成を考えてください。",
+)
 LONG_PROMPT = " ".join(PROMPTS * 6)  # about 360 tokens: a long chat turn, far enough from the short one that
 # the prefill it adds (about a second on 2 CPU cores) stands above a request's noise
 
@@ -101,11 +133,16 @@ async def _one(client: httpx.AsyncClient, url: str, model: str, prompt: str, max
 
 
 async def _completion(client: httpx.AsyncClient, url: str, model: str, prompt: str, max_tokens: int,
-                      speculates: bool) -> tuple[float, int, int, int]:
-    """(wall seconds, steps, completion tokens, prompt tokens) of one completion."""
-    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
+                      speculates: bool, chat: bool = False) -> tuple[float, int, int, int]:
+    """(wall seconds, steps, completion tokens, prompt tokens) of one completion, or with ``chat`` of one chat
+    request whose user turn is ``prompt``."""
+    body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
+    if chat:
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
     started = time.perf_counter()
-    resp = await client.post(f"{url}/v1/completions", json=body)
+    resp = await client.post(f"{url}/v1/chat/completions" if chat else f"{url}/v1/completions", json=body)
     wall = time.perf_counter() - started
     if resp.status_code != 200:
         raise CalibrationFailed(f"{url} answered HTTP {resp.status_code}: {resp.text[:200]}")
@@ -176,7 +213,8 @@ async def calibrate_engines(engines: Mapping[str, tuple[str, bool]], *, batches:
                 models[name] = await _model_id(client, urls[name])
                 # warm-up, not measured: a full-length answer and a long prompt, so that no first-time cost of
                 # either lands in a measured request
-                await _one(client, urls[name], models[name], PROMPTS[0], max_tokens, speculates)
+                await _completion(client, urls[name], models[name], f"[{uuid.uuid4().hex[:8]}] {CHAT_PROMPTS[0]}",
+                                  max_tokens, speculates, chat=True)
                 await _one(client, urls[name], models[name], f"[{uuid.uuid4().hex[:8]}] {LONG_PROMPT}", 8, speculates)
             except (CalibrationFailed, httpx.HTTPError, ValueError) as exc:
                 failed[name] = _failure(urls[name], exc)
@@ -188,8 +226,10 @@ async def calibrate_engines(engines: Mapping[str, tuple[str, bool]], *, batches:
                 shift = turn % len(alive) if alive else 0
                 turn += 1
                 for name in alive[shift:] + alive[:shift]:
-                    runs = [_completion(client, urls[name], models[name], PROMPTS[i % len(PROMPTS)], max_tokens,
-                                        engines[name][1]) for i in range(batch)]
+                    first = (turn - 1) * batch  # every engine gets the same turns in a wave
+                    runs = [_completion(client, urls[name], models[name],
+                                        f"[{uuid.uuid4().hex[:8]}] {CHAT_PROMPTS[(first + i) % len(CHAT_PROMPTS)]}",
+                                        max_tokens, engines[name][1], chat=True) for i in range(batch)]
                     try:
                         samples[name][batch] += await asyncio.gather(*runs)
                     except (CalibrationFailed, httpx.HTTPError) as exc:
@@ -229,6 +269,7 @@ def _point(batch: int, samples: list[tuple[float, int, int, int]], max_tokens: i
     details: dict[str, Any] = {
         "step_s_min": min(steps), "step_s_max": max(steps), "max_tokens": max_tokens,
         "tokens_per_step": sum(t for _, _, t, _ in samples) / max(1, sum(n for _, n, _, _ in samples)),
+        "prompt_tokens": statistics.mean(p for *_, p in samples),
         "context_tokens": statistics.mean(p for *_, p in samples) + max_tokens / 2}
     if prefill:  # the engine's, not the batch's: measured one request at a time
         details["prefill_s_per_token"] = statistics.median(prefill)

@@ -47,6 +47,10 @@ def test_the_step_grows_with_the_request_s_mean_context_and_never_falls_below_ha
     longer = request_seconds(2.0, 0.08, answer_tokens=96, prompt_tokens=110, prefill_s_per_token=0.003,
                              context=cost)
     assert longer - plain == pytest.approx(48 * 0.0001 * (110 + 48 - 50))
+    # a prompt far shorter than the calibrated one's saves at most half the steps' time
+    held = ContextCost(prompt_at=140)
+    assert request_seconds(2.0, 0.08, answer_tokens=2, prompt_tokens=1, prefill_s_per_token=0.003,
+                           context=held) == pytest.approx(0.04)
 
 
 def test_the_plan_reads_each_engine_s_step_at_the_traffic_s_context(reg, multi, registry_url) -> None:
@@ -60,6 +64,21 @@ def test_the_plan_reads_each_engine_s_step_at_the_traffic_s_context(reg, multi, 
     assert cell["tps"] == pytest.approx(96 / (150 * 0.003 + 96 / cell["tokens_per_step"] * step), rel=1e-3)
     assert cell["plain_tps"] == pytest.approx(96 / (150 * 0.003 + 96 * (0.06 + 0.00005 * (context - 48))), rel=1e-3)
     assert data["assumptions"]["context_ms_per_token"] == pytest.approx(0.05)  # the verifier alone's
+
+
+def test_the_plan_adds_prefill_only_for_prompt_tokens_beyond_the_calibrated_chat_turns(reg, multi, registry_url) -> None:
+    """A step calibrated on chat turns of 140 prompt tokens already holds their prefill: a 150-token prompt adds
+    10 tokens' prefill, a 100-token one takes 40 away. A calibration without the figure (short raw prompts), or with
+    one that is no measurement, adds the whole prompt's."""
+    _calibrate(reg, "m", 0.09, step_s_per_context_token=0.0, context_tokens=188, prompt_tokens=140)
+    _calibrate(reg, "p", 0.06, step_s_per_context_token=0.0, context_tokens=188, prompt_tokens="140")
+    for prompt in (150, 100):
+        data = json.loads(_plan(registry_url, "--engines", "1", "--traffic", "ja=1", "--prompt-tokens", str(prompt),
+                                "--json").stdout)
+        [cell] = data["predicted"]
+        decode = 96 / cell["tokens_per_step"] * 0.09
+        assert cell["tps"] == pytest.approx(96 / (decode + (prompt - 140) * 0.003), rel=1e-3)
+        assert cell["plain_tps"] == pytest.approx(96 / (96 * 0.06 + prompt * 0.003), rel=1e-3)
 
 
 @pytest.mark.parametrize("details", [

@@ -10,6 +10,7 @@ import json
 import httpx
 import pytest
 
+from polyspec.core.speed import ContextCost, request_seconds
 from polyspec.router import calibrate
 
 STEP_S = 0.08  # seconds per verify step of the fake engine
@@ -18,13 +19,22 @@ TOKENS_PER_STEP = 2
 CONTEXT_S = 0.00005  # seconds a step grows per token of context
 
 
+CHAT_TEMPLATE_TOKENS = 12  # what the fake engine's chat template adds to a user turn
+
+
+def chat_tokens(text: str) -> int:
+    return len(text.split()) + CHAT_TEMPLATE_TOKENS
+
+
 class FakeEngine:
-    """Answers /v1/models and /v1/completions; each completion advances a fake clock by its prefill and steps."""
+    """Answers /v1/models, /v1/completions and /v1/chat/completions; each request advances a fake clock by its
+    prefill and steps (a chat turn's prompt is its words and the template's tokens)."""
 
     def __init__(self, *, report_prompt_tokens: bool = True, context_s: float = 0.0, overhead_s: float = 0.0) -> None:
         self.now = 0.0
         self.context_s, self.overhead_s = context_s, overhead_s
         self.prompts: list[str] = []
+        self.chat_prompts: list[str] = []
         self.report_prompt_tokens = report_prompt_tokens
 
     def clock(self) -> float:
@@ -34,8 +44,11 @@ class FakeEngine:
         if request.url.path == "/v1/models":
             return httpx.Response(200, json={"data": [{"id": "fake"}]})
         body = json.loads(request.content)
-        self.prompts.append(body["prompt"])
-        prompt_tokens = len(body["prompt"].split())
+        chat = request.url.path == "/v1/chat/completions"
+        text = body["messages"][-1]["content"] if chat else body["prompt"]
+        self.prompts.append(text)
+        self.chat_prompts += [text] if chat else []
+        prompt_tokens = chat_tokens(text) if chat else len(text.split())
         tokens = body["max_tokens"]
         # the first token comes with prefill (no verify step, as vLLM counts them); each further step attends over
         # the prompt and half the answer; every request pays the overhead
@@ -59,13 +72,38 @@ def test_prefill_per_prompt_token_is_measured_apart_from_the_step(monkeypatch: p
     engine = FakeEngine()
     [point] = _run(engine, monkeypatch)
     assert point.details["prefill_s_per_token"] == pytest.approx(PREFILL_S)
-    # The step waves' short prompts carry a little prefill: wall time over steps, as the router measures it.
-    short = len(calibrate.PROMPTS[0].split())
-    assert STEP_S < point.step_s <= STEP_S + short * PREFILL_S / 32 + 1e-9
-    # Every prefill request opens with its own tag: no prefix cache can serve one from another.
+    # The step waves are chat turns of traffic's length, and their steps hold the prefill of those prompts: wall time
+    # over steps, as the router measures it; the details say how long a prompt that is.
+    waves = engine.chat_prompts[1:]  # after the warm-up
+    held = sum(chat_tokens(p) for p in waves) / len(waves)
+    assert len(waves) == 3 and point.details["prompt_tokens"] == pytest.approx(held) and held > 50
+    assert point.step_s == pytest.approx(STEP_S + held * PREFILL_S / 32, rel=0.05)
+    # Every request but the plain warm-ups opens with its own tag: no prefix cache can serve one from another.
     tagged = [p for p in engine.prompts if p.startswith("[")]
-    assert len(tagged) == 4 * 3 + 1 and len({p.split("]")[0] for p in tagged}) == len(tagged)  # + the warm-up's
+    assert len(tagged) == 4 * 3 + 3 + 2 and len({p.split("]")[0] for p in tagged}) == len(tagged)  # + both warm-ups
     assert point.to_json()["details"]["prefill_s_per_token"] == pytest.approx(PREFILL_S)
+
+
+def test_a_request_of_any_prompt_length_is_predicted_from_the_calibrated_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The speed model's request time (core.speed.request_seconds) over the calibration's own figures gives the
+    engine's wall time for prompts shorter and longer than calibration's chat turns: the step holds their prefill,
+    and only the difference is added or taken away."""
+    engine = FakeEngine(context_s=CONTEXT_S)
+    [point] = _run(engine, monkeypatch)
+    d = point.details
+    cost = ContextCost(d["step_s_per_context_token"], d["context_tokens"], d["prompt_tokens"])
+    for words in (40, 130, 400):
+        before = engine.now
+        asyncio.run(_chat(engine, " ".join(["mot"] * words), 64))
+        predicted = request_seconds(TOKENS_PER_STEP, point.step_s, answer_tokens=64, prompt_tokens=words + 12,
+                                    prefill_s_per_token=d["prefill_s_per_token"], context=cost)
+        assert predicted == pytest.approx(engine.now - before, rel=0.02), words
+
+
+async def _chat(engine: FakeEngine, text: str, max_tokens: int) -> None:
+    async with httpx.AsyncClient(transport=httpx.MockTransport(engine.handle)) as client:
+        await client.post("http://engine/v1/chat/completions",
+                          json={"messages": [{"role": "user", "content": text}], "max_tokens": max_tokens})
 
 
 def test_an_engine_that_reports_no_prompt_tokens_gets_no_prefill_figure(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -79,8 +117,7 @@ def test_the_step_s_growth_per_context_token_is_measured_with_the_context_it_was
     assert point.details["step_s_per_context_token"] == pytest.approx(CONTEXT_S)
     assert point.details["prefill_s_per_token"] == pytest.approx(PREFILL_S)
     # the step waves' mean context: their prompts' tokens and half of the 64-token answer
-    words = [len(p.split()) for p in calibrate.PROMPTS[:1]]
-    assert point.details["context_tokens"] == pytest.approx(words[0] + 32)
+    assert point.details["context_tokens"] == pytest.approx(point.details["prompt_tokens"] + 32)
 
 
 def test_an_engine_whose_step_ignores_the_context_gets_no_growth(monkeypatch: pytest.MonkeyPatch) -> None:

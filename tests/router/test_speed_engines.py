@@ -42,6 +42,8 @@ def test_calibration_of_real_engines_drives_the_speed_policy(deployed, registry,
             per_step = p["details"]["tokens_per_step"]
             assert 1.0 <= per_step <= 4.0  # k = 3: between 1 and k + 1 tokens per step
             assert 0.001 < p["step_s"] < 5.0
+            # the step waves are chat turns of traffic's length, with the verifier's own chat template
+            assert 100 < p["details"]["prompt_tokens"] < 250
             # the two medians describe the same requests: tokens/s is about tokens per step over the step time
             assert 0.5 < p["tokens_per_s"] * p["step_s"] / per_step < 2.0, p
     stored = {(c.deployment, c.batch_size) for c in registry.calibrations()}

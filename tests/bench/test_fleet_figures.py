@@ -89,6 +89,20 @@ def test_targets_judge_each_bar() -> None:
     assert targets(langs, w)["predictions"]["outside"] == {"fr": 1.2}
 
 
+def test_a_miss_beyond_the_prompts_own_spread_is_named_apart() -> None:
+    """The observed tokens/s of a cell has an interval over its prompts; a prediction outside it is a miss the
+    prompts' spread does not explain, one inside it is not shown wrong by this run."""
+    data = rows(noise=0.2)
+    langs = {lang: language_figures(data, lang, k=3) for lang in SPEED}
+    low, high = langs["fr"]["observed_tps_ci95"]["planned_fleet"]
+    assert low < langs["fr"]["planned_fleet_tps"] < high
+    w = weighted_figures(langs, data, {"fr": 0.5, "ja": 0.5}, {"no_spec": 1, "specialist_fleet": 5, "planned_fleet": 2})
+    assert targets(langs, w)["predictions"]["outside_observed_interval"] == {}
+    langs["fr"]["predicted_tps"]["planned_fleet"] = high * 1.01
+    assert targets(langs, w)["predictions"]["outside_observed_interval"] == {"fr": high * 1.01}
+    assert f"({low:.1f}–{high:.1f})" in fleet_plan_md({**run(), "languages": langs})
+
+
 def run() -> dict[str, Any]:
     data = rows(noise=0.05)
     langs = {lang: language_figures(data, lang, k=3) for lang in SPEED}

@@ -39,7 +39,7 @@ class Online:
         if row["spec_steps"]:  # an engine with a draft: its tokens per step
             self.counted[(row["backend"], language)] = [tokens + row["tokens"], steps + taken]
         mean_context = prompt_tokens + row["tokens"] / 2
-        own = (row["seconds"] - (prompt_tokens - context.prompt_at) * prefill) / taken \
+        own = (row["seconds"] - context.fixed_seconds(prompt_tokens, taken, prefill)) / taken \
             - context.s_per_token * (mean_context - context.measured_at)
         if own > 0:
             self.steps[row["backend"]] = [total + own, n + 1]
@@ -57,7 +57,7 @@ def merge_points(first: list[dict[str, Any]], repeat: list[dict[str, Any]]) -> l
             out.append(p)
             continue
         details = dict(p["details"])
-        for key in ("prefill_s_per_token", "step_s_per_context_token", "context_tokens", "tokens_per_step",
+        for key in ("prefill_s_per_token", "step_s_per_context_token", "context_tokens", "prompt_tokens", "tokens_per_step",
                     "overhead_s", "decode_step_s", "prefill_s_per_token_pairs", "step_s_per_context_token_pairs"):
             if key in p["details"] and key in q["details"]:
                 details[key] = (p["details"][key] + q["details"][key]) / 2

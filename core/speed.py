@@ -173,21 +173,37 @@ PREFILL_STEPS_PER_TOKEN = 0.076
 
 @dataclass(frozen=True)
 class ContextCost:
-    """How a request's cost depends on its context, relative to the requests a step time was measured on: a
-    decode step grows by ``s_per_token`` seconds per token of context (attention over more tokens) from a step
-    measured at a mean context of ``measured_at`` tokens (router.calibrate's ``step_s_per_context_token`` and
-    ``context_tokens``), and that step already holds the prefill of a ``prompt_at``-token prompt (its
-    ``prompt_tokens``: calibration's chat turns), so only the prompt tokens beyond it add prefill. The default
-    adds nothing and counts every prompt token's prefill."""
+    """How a request's cost depends on its shape, relative to the requests a step time was measured on:
+    - a decode step grows by ``s_per_token`` seconds per token of context (attention over more tokens) from a step
+      measured at a mean context of ``measured_at`` tokens (router.calibrate's ``step_s_per_context_token`` and
+      ``context_tokens``);
+    - that step already holds the prefill of a ``prompt_at``-token prompt (its ``prompt_tokens``: calibration's
+      chat turns), so only the prompt tokens beyond it add prefill;
+    - and it holds ``overhead_s`` of per-request cost (the fit's ``overhead_s``: the HTTP round trip, the first
+      token, the chat request's own work), both spread over ``steps_at`` steps (calibration's answer length over
+      its tokens per step), so a request of fewer steps pays the share those steps do not carry.
+    The default adds nothing and counts every prompt token's prefill."""
 
     s_per_token: float = 0.0
     measured_at: float = 0.0
     prompt_at: float = 0.0
+    overhead_s: float = 0.0
+    steps_at: float = 0.0
 
     def step(self, step_s: float, context_tokens: float) -> float:
         """The step at a mean context of ``context_tokens``; never below half the measured step (a context
         shorter than calibration's saves at most what attention costs)."""
         return max(step_s / 2, step_s + self.s_per_token * (context_tokens - self.measured_at))
+
+    def fixed_seconds(self, prompt_tokens: float, steps: float, prefill_s_per_token: float) -> float:
+        """What a request of ``prompt_tokens`` and ``steps`` costs beyond its steps at the calibrated step: its
+        prompt's prefill and the per-request overhead, less the share of calibration's that its steps already
+        carry (``steps / steps_at`` of them; negative for a shorter prompt or a longer answer). Without
+        ``steps_at``, the prefill of the prompt tokens beyond ``prompt_at``."""
+        if self.steps_at <= 0:
+            return (prompt_tokens - self.prompt_at) * prefill_s_per_token
+        held = (self.prompt_at * prefill_s_per_token + self.overhead_s) * steps / self.steps_at
+        return prompt_tokens * prefill_s_per_token + self.overhead_s - held
 
 
 NO_CONTEXT_COST = ContextCost()
@@ -198,18 +214,18 @@ def mean_context_cost(costs: Sequence[ContextCost]) -> ContextCost:
     if not costs:
         return NO_CONTEXT_COST
     n = len(costs)
-    return ContextCost(sum(c.s_per_token for c in costs) / n, sum(c.measured_at for c in costs) / n,
-                       sum(c.prompt_at for c in costs) / n)
+    return ContextCost(*(sum(getattr(c, name) for c in costs) / n
+                         for name in ("s_per_token", "measured_at", "prompt_at", "overhead_s", "steps_at")))
 
 
 def request_seconds(expected: float, step_s: float, *, answer_tokens: int, prompt_tokens: int,
                     prefill_s_per_token: float, context: ContextCost = NO_CONTEXT_COST) -> float:
     """Wall time of one request: ``answer_tokens / expected`` steps, each at the request's mean context (the
-    prompt and half the answer), and the prefill of the prompt tokens the step does not hold (beyond
-    ``context.prompt_at``; a shorter prompt saves its difference, down to half the steps' time)."""
-    step = context.step(step_s, prompt_tokens + answer_tokens / 2)
-    decode = answer_tokens / max(expected, 1.0) * step
-    return max(decode / 2, decode + (prompt_tokens - context.prompt_at) * prefill_s_per_token)
+    prompt and half the answer), and what its shape costs beyond them (``ContextCost.fixed_seconds``), never
+    less than half the steps' time."""
+    steps = answer_tokens / max(expected, 1.0)
+    decode = steps * context.step(step_s, prompt_tokens + answer_tokens / 2)
+    return max(decode / 2, decode + context.fixed_seconds(prompt_tokens, steps, prefill_s_per_token))
 
 
 def request_tokens_per_second(expected: float, step_s: float | None, *, answer_tokens: int, prompt_tokens: int,

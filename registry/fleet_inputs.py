@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import select
@@ -104,17 +105,29 @@ def _number(value: Any, low: float, high: float) -> float | None:
     return None
 
 
+def context_of(details: Mapping[str, Any]) -> ContextCost | None:
+    """A calibration point's figures on how a request's shape changes its cost, or None when it lacks the step's
+    growth per context token (below 10 ms a token) or the context it was measured at (under a million tokens).
+    Calibrations of short raw prompts have no ``prompt_tokens``: their step holds no prompt and spreads no
+    per-request cost."""
+    slope = _number(details.get("step_s_per_context_token"), 0.0, 0.01)
+    at = _number(details.get("context_tokens"), 0.0, 1e6)
+    if slope is None or at is None:
+        return None
+    prompt = _number(details.get("prompt_tokens"), 0.0, 1e6)
+    overhead = _number(details.get("overhead_s"), 0.0, 60.0)
+    answer = _number(details.get("max_tokens"), 1.0, 1e6)
+    per_step = _number(details.get("tokens_per_step"), 1.0, 64.0)
+    spread = (overhead or 0.0, answer / per_step) if prompt and answer and per_step else (0.0, 0.0)
+    return ContextCost(slope, at, min(prompt or 0.0, at), *spread)
+
+
 def _context_figures(session: Session) -> dict[tuple[str, str, int], ContextCost]:
-    """(deployment, draft, k) -> the step's growth per context token, the context its step was measured at and the
-    prompt it holds, from the newest calibration that measured the first two (below 10 ms a token, a context under
-    a million tokens)."""
+    """(deployment, draft, k) -> ``context_of`` the newest calibration that has it."""
     out: dict[tuple[str, str, int], ContextCost] = {}
     for point in calibrations.latest(session):
-        slope = _number(point.details.get("step_s_per_context_token"), 0.0, 0.01)
-        at = _number(point.details.get("context_tokens"), 0.0, 1e6)
-        prompt = _number(point.details.get("prompt_tokens"), 0.0, 1e6)  # absent in short-prompt calibrations
-        if slope is not None and at is not None:
-            out[(point.deployment, point.draft_name, point.k)] = ContextCost(slope, at, min(prompt or 0.0, at))
+        if (cost := context_of(point.details)) is not None:
+            out[(point.deployment, point.draft_name, point.k)] = cost
     return out
 
 

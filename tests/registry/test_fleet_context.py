@@ -81,6 +81,22 @@ def test_the_plan_adds_prefill_only_for_prompt_tokens_beyond_the_calibrated_chat
         assert cell["plain_tps"] == pytest.approx(96 / (96 * 0.06 + prompt * 0.003), rel=1e-3)
 
 
+def test_the_plan_spreads_calibration_s_per_request_costs_over_the_request_s_own_steps(reg, multi, registry_url) -> None:
+    """A step calibrated on 96-token answers at 2 tokens a step (48 steps) holds 1/48 of its chat turn's prefill
+    and of the per-request overhead in each step: a request of other steps pays those costs whole, once."""
+    details = dict(step_s_per_context_token=0.0, context_tokens=188, prompt_tokens=140, overhead_s=0.5, max_tokens=96,
+                   tokens_per_step=2.0)
+    _calibrate(reg, "m", 0.09, **details)
+    _calibrate(reg, "p", 0.06, **details)
+    data = json.loads(_plan(registry_url, "--engines", "1", "--traffic", "ja=1", "--prompt-tokens", "150", "--json",
+                            "--answer-tokens", "40").stdout)
+    [cell] = data["predicted"]
+    steps = 40 / cell["tokens_per_step"]
+    held = (140 * 0.003 + 0.5) * steps / 48
+    step = cell["step_ms"] / 1e3  # the planner's k may be another than the calibrated one's
+    assert cell["tps"] == pytest.approx(40 / (steps * step + 150 * 0.003 + 0.5 - held), rel=1e-3)
+
+
 @pytest.mark.parametrize("details", [
     {"step_s_per_context_token": -0.001, "context_tokens": 48},  # negative growth
     {"step_s_per_context_token": 5.0, "context_tokens": 48},  # 5 s a token: not a measurement

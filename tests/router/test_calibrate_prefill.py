@@ -84,20 +84,30 @@ def test_prefill_per_prompt_token_is_measured_apart_from_the_step(monkeypatch: p
     assert point.to_json()["details"]["prefill_s_per_token"] == pytest.approx(PREFILL_S)
 
 
-def test_a_request_of_any_prompt_length_is_predicted_from_the_calibrated_step(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_request_of_any_shape_is_predicted_from_the_calibrated_step(monkeypatch: pytest.MonkeyPatch) -> None:
     """The speed model's request time (core.speed.request_seconds) over the calibration's own figures gives the
-    engine's wall time for prompts shorter and longer than calibration's chat turns: the step holds their prefill,
-    and only the difference is added or taken away."""
-    engine = FakeEngine(context_s=CONTEXT_S)
+    engine's wall time for prompts shorter and longer than calibration's chat turns and for answers shorter and
+    longer than its: the step holds the chat turns' prefill and a share of the per-request overhead, and only
+    the difference is added or taken away."""
+    engine = FakeEngine(context_s=CONTEXT_S, overhead_s=0.3)
     [point] = _run(engine, monkeypatch)
     d = point.details
-    cost = ContextCost(d["step_s_per_context_token"], d["context_tokens"], d["prompt_tokens"])
-    for words in (40, 130, 400):
+    cost = ContextCost(d["step_s_per_context_token"], d["context_tokens"], d["prompt_tokens"], d["overhead_s"],
+                       d["max_tokens"] / d["tokens_per_step"])
+    assert d["overhead_s"] == pytest.approx(0.3)
+    for words, answer in ((40, 64), (130, 64), (400, 64), (130, 8), (130, 160)):
         before = engine.now
-        asyncio.run(_chat(engine, " ".join(["mot"] * words), 64))
-        predicted = request_seconds(TOKENS_PER_STEP, point.step_s, answer_tokens=64, prompt_tokens=words + 12,
+        asyncio.run(_chat(engine, " ".join(["mot"] * words), answer))
+        predicted = request_seconds(TOKENS_PER_STEP, point.step_s, answer_tokens=answer,
+                                    prompt_tokens=words + CHAT_TEMPLATE_TOKENS,
                                     prefill_s_per_token=d["prefill_s_per_token"], context=cost)
-        assert predicted == pytest.approx(engine.now - before, rel=0.02), words
+        assert predicted == pytest.approx(engine.now - before, rel=0.02), (words, answer)
+    # without the overhead's share, the short answer is predicted far too fast
+    bare = ContextCost(d["step_s_per_context_token"], d["context_tokens"], d["prompt_tokens"])
+    before = engine.now
+    asyncio.run(_chat(engine, " ".join(["mot"] * 130), 8))
+    assert request_seconds(TOKENS_PER_STEP, point.step_s, answer_tokens=8, prompt_tokens=130 + CHAT_TEMPLATE_TOKENS,
+                           prefill_s_per_token=d["prefill_s_per_token"], context=bare) < 0.8 * (engine.now - before)
 
 
 async def _chat(engine: FakeEngine, text: str, max_tokens: int) -> None:

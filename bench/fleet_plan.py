@@ -35,7 +35,7 @@ import tempfile
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Optional
 
@@ -67,6 +67,16 @@ class Engine:
     name: str
     draft: Any  # models.shipped.ShippedDraft or None
     k: int
+
+
+def next_time(hh_mm: str, now: datetime) -> float:
+    """Epoch seconds of the next HH:MM UTC after ``now`` (tomorrow's when today's has passed)."""
+    hour, _, minute = hh_mm.partition(":")
+    try:
+        at = now.replace(hour=int(hour), minute=int(minute or 0), second=0, microsecond=0)
+    except ValueError:
+        raise typer.BadParameter(f"--end-by takes HH:MM (UTC), not {hh_mm!r}") from None
+    return (at + timedelta(days=1) if at <= now else at).timestamp()
 
 
 def load_prompts(langs: tuple[str, ...], n: int) -> dict[str, list[tuple[str, str]]]:
@@ -306,9 +316,7 @@ def main(
         traffic = "en=0.3334,fr=0.3333,ja=0.3333"
     deadline = None
     if end_by is not None:
-        hour, _, minute = end_by.partition(":")
-        now = datetime.now(timezone.utc)
-        deadline = now.replace(hour=int(hour), minute=int(minute or 0), second=0, microsecond=0).timestamp()
+        deadline = next_time(end_by, datetime.now(timezone.utc))
     t0, machine, verifier = time.monotonic(), machine_info(), prepare_verifier()
     if "en" not in spec_langs:
         raise typer.BadParameter("--specialists must include en (the specialist fleet's default pool)")
@@ -412,6 +420,8 @@ def main(
         "mem_available_gib": {"before_engines": round(mem_before[0], 2), "engines_ready": round(mem_before[1], 2),
                               "lowest": min((r["mem_available_gib"] for r in rows), default=None)}}
     name = "fleet_plan" + ("_quick" if quick else "")
+    if not rows:  # nothing to replace the committed figures with
+        raise BenchError("no round of traffic ran before --end-by or the time budget; nothing written")
     path = write_json(f"{name}.json", payload)
     (OUT_DIR / f"{name}_requests.jsonl").write_text(journal.read_text(encoding="utf-8"), encoding="utf-8")
     plot(payload, OUT_DIR / f"{name}.png")

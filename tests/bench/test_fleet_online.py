@@ -94,3 +94,20 @@ def test_a_cell_s_mean_acceptance_length_counts_every_bucket_of_a_deeper_engine(
     mal = language_figures(rows, "fr", k=3)["mean_acceptance_length"]
     assert mal["planned_fleet"] == pytest.approx(3.0) and mal["specialist_fleet"] == pytest.approx(2.5)
     assert language_figures(rows, "fr", k=3)["model_tokens_per_step"]["planned_fleet"] == pytest.approx(3.3)
+
+
+def test_end_by_is_the_next_such_time_even_across_midnight() -> None:
+    """--end-by 00:52 given at 23:47 means the coming 00:52, not the one that passed 23 hours ago (read so, a run
+    stops before its first round; the bench now also refuses to write a run without rows)."""
+    from datetime import datetime, timezone
+
+    import typer
+
+    from bench.fleet_plan import next_time
+
+    late = datetime(2026, 12, 7, 23, 47, tzinfo=timezone.utc)
+    assert next_time("00:52", late) == datetime(2026, 12, 8, 0, 52, tzinfo=timezone.utc).timestamp()
+    assert next_time("23:59", late) == datetime(2026, 12, 7, 23, 59, tzinfo=timezone.utc).timestamp()
+    for bad in ("25:00", "12:75", "noon"):
+        with pytest.raises(typer.BadParameter, match="HH:MM"):
+            next_time(bad, late)

@@ -273,7 +273,28 @@ def fleet_plan_summary(d: dict[str, Any]) -> str:
             f"against today's specialist fleet ({w['engines']['specialist_fleet']} engines), over "
             f"{d['settings']['traffic_label']}: {_f(w['planned_fleet_tps'])} against {_f(w['specialist_fleet_tps'])} "
             f"tokens/s, {_ci(w['planned_over_no_spec'])} no speculation. Planned fleet over no speculation per "
-            f"language: {per}. Targets met: {', '.join(met) or 'none'}; not met: {', '.join(missed) or 'none'}.")
+            f"language: {per}. Targets met: {', '.join(met) or 'none'}; not met: {', '.join(missed) or 'none'}."
+            + _prediction_line(langs))
+
+
+def _prediction_line(langs: Mapping[str, Any]) -> str:
+    """Predicted over observed tokens/s of the planned fleet per language, before traffic and online, with the mean
+    error of each, and the languages whose prediction lies outside the observed interval over prompts."""
+    def series(key: str) -> tuple[str, float | None]:
+        values = {lang: r.get(key, {}).get("planned_fleet") for lang, r in langs.items()}
+        errors = [abs(v - 1) for v in values.values() if v is not None]
+        return (", ".join(f"{lang} {_f(v)}" for lang, v in values.items()),
+                sum(errors) / len(errors) if errors else None)
+
+    before, before_err = series("predicted_over_observed")
+    online, online_err = series("predicted_online_over_observed")
+    beyond = [lang for lang, r in langs.items() if (ci := r.get("observed_tps_ci95", {}).get("planned_fleet"))
+              and r["predicted_tps"]["planned_fleet"] and not ci[0] <= r["predicted_tps"]["planned_fleet"] <= ci[1]]
+    intervals = any(r.get("observed_tps_ci95") for r in langs.values())
+    return (f" Predicted / observed tokens/s of the planned fleet: {before} (mean error {_f(before_err, '{:.1%}')}); "
+            f"online, the model as each request found it: {online} (mean error {_f(online_err, '{:.1%}')})."
+            + (f" Predictions outside the observed 95 % interval over prompts: {', '.join(beyond) or 'none'}."
+               if intervals else ""))
 
 
 def plot(d: dict[str, Any], path: Path) -> None:

@@ -9,6 +9,7 @@ token (core.speed.request_tokens_per_second).
 
     .venv/bin/python bench/prediction_gap.py [RUN ...]     # default: speed_policy speed_policy_run5 speed_policy_aa speed_policy_run4
     .venv/bin/python bench/prediction_gap.py --fleet [RUN]  # a bench/fleet_plan.py run (default: fleet_plan)
+    .venv/bin/python bench/prediction_gap.py --journal docs/benchmarks/fleet_plan_partial_requests.jsonl
 
 With ``--fleet``, per engine: a least-squares fit without intercept of request seconds on steps and prompt
 tokens (the prompt tokens each row carries) beside its own calibrated step (the model pools engines of one
@@ -27,10 +28,12 @@ from pathlib import Path
 import numpy as np
 from transformers import AutoTokenizer
 
-from polyspec.core.settings import get_settings
-from polyspec.core.speed import PREFILL_STEPS_PER_TOKEN, request_tokens_per_second
-from polyspec.models.verifiers import prepare_verifier
-from polyspec.training.benchmarks import load_mtbench
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from polyspec.core.settings import get_settings  # noqa: E402
+from polyspec.core.speed import PREFILL_STEPS_PER_TOKEN, request_tokens_per_second  # noqa: E402
+from polyspec.models.verifiers import prepare_verifier  # noqa: E402
+from polyspec.training.benchmarks import load_mtbench  # noqa: E402
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
 RUNS = ("speed_policy", "speed_policy_run5", "speed_policy_aa", "speed_policy_run4")
@@ -131,7 +134,32 @@ def fleet_gap(run: dict, rows: list[dict]) -> dict[str, dict]:
     return {"engines": engines, "languages": languages}
 
 
+def journal_gap(rows: list[dict]) -> dict[str, dict]:
+    """Per language, from a fleet bench's request journal alone (a run that stopped before writing its JSON): the
+    planned fleet's rounds that every language completed, its predicted / observed tokens/s before traffic and
+    online, tokens per step read and counted, and the observed tokens/s with its 95 % interval over prompts."""
+    from bench.fleet_figures import tps_interval
+
+    last = min(max(r["round"] for r in rows if r["language"] == lang) for lang in {r["language"] for r in rows})
+    whole = [r for r in rows if r["round"] < last and r["system"] == "planned_fleet" and r["ok"]]
+    out = {}
+    for lang in dict.fromkeys(r["language"] for r in whole):
+        mine = [r for r in whole if r["language"] == lang and r.get("predicted_seconds")]
+        tokens, seconds = sum(r["tokens"] for r in mine), sum(r["seconds"] for r in mine)
+        out[lang] = {"rounds": len(mine), "engines": sorted({r["backend"] for r in mine}),
+                     "observed_tps": round(tokens / seconds, 2), "observed_tps_ci95": tps_interval(mine),
+                     "predicted_over_observed": round(seconds / sum(r["predicted_seconds"] for r in mine), 3),
+                     "online_over_observed": round(seconds / sum(r["predicted_seconds_online"] for r in mine), 3),
+                     "tokens_per_step_model": round(statistics.mean(r["model_tokens_per_step"] for r in mine), 3),
+                     "tokens_per_step_counted": round(tokens / sum(r["spec_steps"] or r["tokens"] for r in mine), 3)}
+    return out
+
+
 def main(runs: list[str]) -> None:
+    if runs and runs[0] == "--journal":
+        rows = [json.loads(line) for line in Path(runs[1]).read_text().splitlines() if line]
+        print(json.dumps({"journal": runs[1], "languages": journal_gap(rows)}, indent=1))
+        return
     if runs and runs[0] == "--fleet":
         name = runs[1] if len(runs) > 1 else "fleet_plan"
         run = json.loads((DOCS / f"{name}.json").read_text())

@@ -116,7 +116,7 @@ def capture_hidden_states(
         raise HiddenStateError("cannot capture hidden states of an empty sequence")
     device = next(model.parameters()).device
     with torch.inference_mode():
-        _, aux, last = forward_with_hidden(model, ids.to(device), aux_layer_ids)
+        _, aux, last = forward_with_hidden(model, ids.to(device), aux_layer_ids, logits_to_keep=1)
     return aux[0].cpu(), last[0].cpu()
 
 
@@ -163,7 +163,9 @@ def capture_hidden_states_batched(
                                 max_padding=max_padding_for(device)):
         ids, mask = right_padded(sequences, batch)
         with torch.inference_mode():
-            _, aux, last = forward_with_hidden(model, ids.to(device), aux_layer_ids, attention_mask=mask.to(device))
+            # the states only: the LM head over the last position alone (a quarter of the pass for SmolLM2-135M)
+            _, aux, last = forward_with_hidden(model, ids.to(device), aux_layer_ids, attention_mask=mask.to(device),
+                                               logits_to_keep=1)
         aux, last = aux.cpu(), last.cpu()
         if out_dtype is not None:
             aux, last = aux.to(out_dtype), last.to(out_dtype)

@@ -101,6 +101,9 @@ def test_a_miss_beyond_the_prompts_own_spread_is_named_apart() -> None:
     langs["fr"]["predicted_tps"]["planned_fleet"] = high * 1.01
     assert targets(langs, w)["predictions"]["outside_observed_interval"] == {"fr": high * 1.01}
     assert f"({low:.1f}–{high:.1f})" in fleet_plan_md({**run(), "languages": langs})
+    summary = fleet_plan_summary({**run(), "languages": langs})
+    assert "Predicted / observed tokens/s of the planned fleet: fr 1.05, ja 1.05 (mean error 5.0%)" in summary
+    assert "outside the observed 95 % interval over prompts: fr." in summary
 
 
 def run() -> dict[str, Any]:

@@ -4,6 +4,7 @@ engines, belongs to the application layer: polyspec/up.py; `langid` to the core 
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import json
 import sys
 from dataclasses import asdict
@@ -57,6 +58,9 @@ def serve(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     typer.echo(f"polyspec router {config.router_id} on http://{config.host}:{config.port}", err=True)
+    # A crash in native code (a segfault in a C library) then leaves every thread's Python stack on stderr, the
+    # router's log, instead of a silent exit.
+    faulthandler.enable(all_threads=True)
     server.run()
 
 

@@ -135,3 +135,25 @@ def test_sigterm_turns_ready_off_at_once(registry_url):
     body = rt.readiness()
     assert body["ready"] is False and body["reason"] == "draining: the router is shutting down"
     assert body["draining"] is True and server.should_exit
+
+
+def test_a_router_that_crashes_in_native_code_leaves_every_thread_s_stack_in_its_log(registry, registry_url, tmp_path):
+    """A segfault in a C library (a router of the fleet bench once died so, in libsqlite3, and said nothing) writes
+    the Python stack of each thread to the router's stderr before the process dies."""
+    port = free_port()
+    log = tmp_path / "router.log"
+    with BrokenEngine("slow", slow_interval_s=0.1) as fake, open(log, "w") as out:
+        registry.deploy(None, name="plain", url=fake.url, languages=["en"], default=True)
+        proc = subprocess.Popen([Path(sys.executable).parent / "polyspec", "serve", "--port", str(port),
+                                 "--registry", registry_url], stdout=out, stderr=out)
+        try:
+            assert wait_for(lambda: _ready_status(f"http://127.0.0.1:{port}").startswith("200"), 120), \
+                log.read_text()[-2000:]
+            proc.send_signal(signal.SIGSEGV)
+            assert proc.wait(15) == -signal.SIGSEGV
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    text = log.read_text()
+    assert "Fatal Python error: Segmentation fault" in text, text[-2000:]
+    assert "Current thread 0x" in text and 'File "' in text, text[-2000:]  # a thread's Python frames
